@@ -1,0 +1,27 @@
+# make test: create .venv, install the project with its test dependencies and
+# the system programs the suite runs (redis-server), then run every test.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+SYSTEM_PACKAGES := redis-server=redis-server
+
+.PHONY: test venv system-packages clean
+
+test: venv system-packages
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+venv: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+system-packages:
+	scripts/ensure-system-packages.sh $(SYSTEM_PACKAGES)
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

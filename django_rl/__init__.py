@@ -1,0 +1,14 @@
+"""django_rl: Redis rate limiting for Django, one round trip per decision.
+
+Public names: :func:`get_policy`, :class:`Policy`, :class:`Decision`. The
+front doors live in :mod:`django_rl.decorators` and :mod:`django_rl.throttling`.
+"""
+
+from __future__ import annotations
+
+from django_rl.decision import Decision
+from django_rl.policies import Policy, get_policy
+
+__version__ = "0.1.0"
+
+__all__ = ["Decision", "Policy", "__version__", "get_policy"]

@@ -1,0 +1,20 @@
+"""The algorithms, by the name a policy's ``algorithm`` setting uses."""
+
+from __future__ import annotations
+
+from django_rl.algorithms.base import Algorithm, Outcome, ParameterError
+from django_rl.algorithms.fixed_window import FixedWindow
+from django_rl.algorithms.sliding_log import SlidingLog
+from django_rl.algorithms.token_bucket import TokenBucket
+
+ALGORITHMS: dict[str, type[Algorithm]] = {
+    FixedWindow.name: FixedWindow,
+    SlidingLog.name: SlidingLog,
+    TokenBucket.name: TokenBucket,
+}
+
+#: Every parameter any algorithm takes; a policy key outside this set and the
+#: common keys is a typo, not a parameter of some other algorithm.
+ALL_PARAMETERS: frozenset[str] = frozenset().union(*(a.parameters for a in ALGORITHMS.values()))
+
+__all__ = ["ALGORITHMS", "ALL_PARAMETERS", "Algorithm", "Outcome", "ParameterError"]

@@ -1,0 +1,90 @@
+"""Fixed window: one counter per window, in one MULTI/EXEC.
+
+State: a string counter per (identity, window), the window's index in the key.
+One round trip: ``MULTI; INCRBY key cost; PEXPIREAT key <window end> NX;
+PTTL key; EXEC``.
+
+* Windows are numbered from the Redis server's clock (estimated locally, see
+  ``ServerClock``), so app servers with skewed clocks agree on them.
+* ``PEXPIREAT ... NX`` pins the key's death to the window's end on the
+  server's own clock, so ``PTTL`` is the exact time left and Retry-After is
+  exact. ``NX`` sends it on every hit yet only sets a TTL that is missing, so
+  a key that lost its TTL is healed by its next hit. (The naive ``INCR``, then
+  ``EXPIRE`` only when the count is 1, leaves a counter with no TTL forever if
+  the client dies between the two; MULTI makes the three one unit.)
+* Counting policy: denied hits are counted too (the INCRBY comes before the
+  comparison, which is what keeps this a plain MULTI with no script). With a
+  constant cost this changes nothing, since a window that denied one hit
+  denies the rest. With mixed costs, a denied heavy hit uses up the window's
+  remainder; use ``sliding_log`` or ``token_bucket`` where costs vary.
+* Up to 2x the limit can pass across a window edge: the price of one counter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from django_rl.algorithms.base import Outcome
+from django_rl.rates import Rate, parse_rate
+
+if TYPE_CHECKING:
+    from django_rl.backends import RedisBackend
+
+
+class FixedWindow:
+    name: ClassVar[str] = "fixed_window"
+    parameters: ClassVar[frozenset[str]] = frozenset({"rate"})
+
+    def __init__(self, rate: Rate) -> None:
+        self.rate = rate
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> FixedWindow:
+        return cls(parse_rate(spec["rate"]))
+
+    @property
+    def limit(self) -> int:
+        return self.rate.limit
+
+    @property
+    def description(self) -> str:
+        return f"{self.name} {self.rate}"
+
+    def _window(self, backend: RedisBackend) -> int:
+        return backend.now_ms() // self.rate.period_ms
+
+    def hit(self, backend: RedisBackend, key: str, cost: int) -> Outcome:
+        window = self._window(backend)
+        window_key = f"{key}:{window}"
+        pipe = backend.client.pipeline(transaction=True)
+        pipe.incrby(window_key, cost)
+        pipe.pexpireat(window_key, (window + 1) * self.rate.period_ms, nx=True)
+        pipe.pttl(window_key)
+        count, _, ttl_ms = pipe.execute()
+        # PTTL is -2 only if the local clock estimate put this hit in a window
+        # that had just ended on the server: PEXPIREAT in the past deleted it.
+        ttl_ms = max(ttl_ms, 0)
+        limit = self.rate.limit
+        if count <= limit:
+            return Outcome(True, limit - count, 0, ttl_ms)
+        return Outcome(False, 0, max(ttl_ms, 1), ttl_ms)
+
+    def peek(self, backend: RedisBackend, key: str) -> Outcome:
+        window_key = f"{key}:{self._window(backend)}"
+        pipe = backend.client.pipeline(transaction=False)
+        pipe.get(window_key)
+        pipe.pttl(window_key)
+        raw_count, ttl_ms = pipe.execute()
+        count = int(raw_count or 0)
+        ttl_ms = max(ttl_ms, 0) if count else 0
+        limit = self.rate.limit
+        if count < limit:
+            return Outcome(True, limit - count, 0, ttl_ms)
+        return Outcome(False, 0, max(ttl_ms, 1), ttl_ms)
+
+    def keys(self, backend: RedisBackend, key: str) -> list[str]:
+        # The neighbours too: the local clock estimate may sit a hair on the
+        # other side of an edge from where an earlier hit counted.
+        window = self._window(backend)
+        return [f"{key}:{w}" for w in (window - 1, window, window + 1)]

@@ -1,0 +1,56 @@
+"""Sliding log: exact, no edge burst, memory proportional to the limit.
+
+State: a ZSET per identity, one member per allowed unit of cost, scored by
+the server time of the hit; ``sliding_log.lua`` does check-then-add in one
+EVALSHA. Denied hits add nothing. Retry-After is the time until enough of the
+oldest entries leave the window for this hit to fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from django_rl.algorithms.base import Outcome
+from django_rl.backends import LuaScript
+from django_rl.rates import Rate, parse_rate
+
+if TYPE_CHECKING:
+    from django_rl.backends import RedisBackend
+
+SCRIPT = LuaScript.from_package(__package__, "sliding_log.lua")
+
+
+class SlidingLog:
+    name: ClassVar[str] = "sliding_log"
+    parameters: ClassVar[frozenset[str]] = frozenset({"rate"})
+
+    def __init__(self, rate: Rate) -> None:
+        self.rate = rate
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> SlidingLog:
+        return cls(parse_rate(spec["rate"]))
+
+    @property
+    def limit(self) -> int:
+        return self.rate.limit
+
+    @property
+    def description(self) -> str:
+        return f"{self.name} {self.rate}"
+
+    def _run(self, backend: RedisBackend, key: str, cost: int, commit: str) -> Outcome:
+        allowed, used, retry_ms, reset_ms = SCRIPT(
+            backend.client, (key,), (self.rate.period_ms, self.rate.limit, cost, commit)
+        )
+        return Outcome(bool(allowed), max(self.rate.limit - used, 0), retry_ms, reset_ms)
+
+    def hit(self, backend: RedisBackend, key: str, cost: int) -> Outcome:
+        return self._run(backend, key, cost, "1")
+
+    def peek(self, backend: RedisBackend, key: str) -> Outcome:
+        return self._run(backend, key, 1, "0")
+
+    def keys(self, backend: RedisBackend, key: str) -> list[str]:
+        return [key]

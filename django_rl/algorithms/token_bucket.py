@@ -1,0 +1,70 @@
+"""Token bucket: bursts up to a capacity, an average rate over time.
+
+State: a hash ``{units, ts}`` per identity (tokens in units of 1/period of a
+token, see ``token_bucket.lua``). ``capacity`` is the burst size; ``rate`` the
+refill, e.g. ``"1/s"``. A hit of cost c takes c tokens; Retry-After is the
+time until c tokens are back. Denied hits take nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from django_rl.algorithms.base import Outcome, ParameterError
+from django_rl.backends import LuaScript
+from django_rl.rates import MAX_COUNT, Rate, parse_rate
+
+if TYPE_CHECKING:
+    from django_rl.backends import RedisBackend
+
+SCRIPT = LuaScript.from_package(__package__, "token_bucket.lua")
+
+#: capacity * period_ms must stay exact in Lua's doubles.
+MAX_UNITS = 2**52
+
+
+class TokenBucket:
+    name: ClassVar[str] = "token_bucket"
+    parameters: ClassVar[frozenset[str]] = frozenset({"rate", "capacity"})
+
+    def __init__(self, capacity: int, rate: Rate) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int):
+            raise ParameterError(f"capacity must be a whole number, not {capacity!r}")
+        if not 1 <= capacity <= MAX_COUNT:
+            raise ParameterError(f"capacity must be between 1 and {MAX_COUNT:,}, not {capacity}")
+        if capacity * rate.period_ms > MAX_UNITS:
+            raise ParameterError(
+                f"capacity {capacity} with a refill period of {rate.period:g}s is too large "
+                "to count exactly; use a smaller capacity or a shorter period"
+            )
+        self.capacity = capacity
+        self.rate = rate
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> TokenBucket:
+        return cls(spec["capacity"], parse_rate(spec["rate"]))
+
+    @property
+    def limit(self) -> int:
+        return self.capacity
+
+    @property
+    def description(self) -> str:
+        return f"{self.name} {self.capacity} {self.rate}"
+
+    def _run(self, backend: RedisBackend, key: str, cost: int, commit: str) -> Outcome:
+        rate = self.rate
+        allowed, units, retry_ms, reset_ms = SCRIPT(
+            backend.client, (key,), (self.capacity, rate.limit, rate.period_ms, cost, commit)
+        )
+        return Outcome(bool(allowed), units // rate.period_ms, retry_ms, reset_ms)
+
+    def hit(self, backend: RedisBackend, key: str, cost: int) -> Outcome:
+        return self._run(backend, key, cost, "1")
+
+    def peek(self, backend: RedisBackend, key: str) -> Outcome:
+        return self._run(backend, key, 1, "0")
+
+    def keys(self, backend: RedisBackend, key: str) -> list[str]:
+        return [key]

@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class DjangoRlConfig(AppConfig):
+    name = "django_rl"
+    verbose_name = "Rate limiting"
+
+    def ready(self) -> None:
+        # Importing the module registers the system checks.
+        from django_rl import checks  # noqa: F401

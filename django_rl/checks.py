@@ -1,0 +1,146 @@
+"""System checks: ``manage.py check`` reports every bad setting, ids ``django_rl.E0xx``.
+
+=============== ==========================================================
+id              problem
+=============== ==========================================================
+django_rl.E001  DJANGO_RL is not a dict, or has unknown keys
+django_rl.E002  a top-level value has the wrong type or form
+django_rl.E003  CONNECTION names an alias missing from CACHES
+django_rl.E004  CONNECTION's cache is not a django-redis cache
+django_rl.E005  a policy is not a dict, has a bad name or unknown keys
+django_rl.E006  a policy has no algorithm, or an unknown one
+django_rl.E007  a policy's rate does not parse
+django_rl.E008  a policy lacks a parameter its algorithm needs
+django_rl.E009  a policy sets a parameter its algorithm does not use
+django_rl.E010  a parameter has a bad value (e.g. capacity)
+django_rl.E011  a policy's key names no identity function
+django_rl.E012  DEFAULT_POLICY names no policy
+django_rl.E013  a view names a policy that does not exist
+=============== ==========================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.checks import CheckMessage, Error, register
+from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils.module_loading import import_string
+
+from django_rl.conf import DEFAULTS, raw_settings
+from django_rl.validation import Problem, policy_problems, settings_problems
+
+DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
+
+
+@register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    raw = raw_settings()
+    problems = settings_problems(raw)
+    if isinstance(raw, Mapping):
+        merged = {**DEFAULTS, **raw}
+        problems += _connection_problems(merged["CONNECTION"])
+        policies = merged["POLICIES"]
+        if isinstance(policies, Mapping):
+            num_proxies = merged["NUM_PROXIES"] if type(merged["NUM_PROXIES"]) is int else 0
+            for name, spec in policies.items():
+                problems += policy_problems(name, spec, num_proxies=num_proxies)
+            problems += _reference_problems(merged["DEFAULT_POLICY"], policies)
+    return [Error(p.msg, hint=p.hint, id=p.id) for p in problems]
+
+
+def _connection_problems(alias: object) -> list[Problem]:
+    if not isinstance(alias, str):
+        return []  # reported as E002
+    caches = getattr(django_settings, "CACHES", {})
+    if alias not in caches:
+        return [
+            Problem(
+                "django_rl.E003",
+                f"DJANGO_RL['CONNECTION'] is {alias!r}, which is not in settings.CACHES",
+                f"Add a django-redis cache named {alias!r} to CACHES, or set CONNECTION "
+                "to an alias that is one.",
+            )
+        ]
+    backend_path = caches[alias].get("BACKEND", "")
+    try:
+        from django_redis.cache import RedisCache
+
+        backend = import_string(backend_path)
+        is_django_redis = isinstance(backend, type) and issubclass(backend, RedisCache)
+    except ImportError:
+        is_django_redis = False
+    if is_django_redis:
+        return []
+    return [
+        Problem(
+            "django_rl.E004",
+            f"CACHES[{alias!r}] uses {backend_path!r}, not a django-redis cache",
+            f"django_rl runs on django-redis connections: set its BACKEND to "
+            f"{DJANGO_REDIS_BACKEND!r}.",
+        )
+    ]
+
+
+def _reference_problems(default_policy: object, policies: Mapping[Any, Any]) -> list[Problem]:
+    known = ", ".join(repr(name) for name in sorted(policies, key=str)) or "none"
+    problems = []
+    if isinstance(default_policy, str) and default_policy not in policies:
+        problems.append(
+            Problem(
+                "django_rl.E012",
+                f"DJANGO_RL['DEFAULT_POLICY'] is {default_policy!r}, which is not a policy",
+                f"Known policies: {known}.",
+            )
+        )
+    for where, name in _policies_named_by_views():
+        if name not in policies:
+            problems.append(
+                Problem(
+                    "django_rl.E013",
+                    f"{where} names the rate-limit policy {name!r}, which does not exist",
+                    f"Define it in DJANGO_RL['POLICIES']. Known policies: {known}.",
+                )
+            )
+    return problems
+
+
+def _policies_named_by_views() -> Iterator[tuple[str, str]]:
+    """Yield (view, policy name) for every @ratelimit and PolicyThrottle scope in the URLconf."""
+    try:
+        patterns = list(_walk(get_resolver().url_patterns))
+    except Exception:  # noqa: BLE001 - a broken URLconf is reported by Django's own check
+        return
+    throttle = _policy_throttle_class()
+    for pattern in patterns:
+        callback = pattern.callback
+        view = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
+        # as_view() copies dispatch's attributes onto the callback, so a
+        # decorated class can show its names twice.
+        names = set(getattr(callback, "django_rl_policies", ()))
+        names.update(getattr(view, "django_rl_policies", ()))
+        scope = getattr(view, "throttle_scope", None)
+        if throttle is not None and isinstance(scope, str):
+            classes = getattr(view, "throttle_classes", ())
+            if any(isinstance(c, type) and issubclass(c, throttle) for c in classes):
+                names.add(scope)
+        for name in sorted(names):
+            yield f"view {pattern.lookup_str!r}", name
+
+
+def _walk(patterns: list[Any]) -> Iterator[URLPattern]:
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            yield from _walk(pattern.url_patterns)
+        elif isinstance(pattern, URLPattern):
+            yield pattern
+
+
+def _policy_throttle_class() -> type | None:
+    try:
+        from django_rl.throttling import PolicyThrottle
+    except ImportError:  # DRF is not installed
+        return None
+    return PolicyThrottle

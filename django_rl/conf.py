@@ -1,0 +1,80 @@
+"""The one reader of ``settings.DJANGO_RL``.
+
+Settings are read lazily, on first use, and read again after Django sends
+``setting_changed`` (``override_settings``, pytest-django's ``settings``
+fixture). Nothing copies a setting at import time.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from django_rl.exceptions import ConfigurationError
+
+DEFAULTS: Mapping[str, Any] = {
+    "CONNECTION": "default",
+    "KEY_PREFIX": "rl",
+    "FAIL_OPEN": True,
+    "NUM_PROXIES": 0,
+    "DEFAULT_POLICY": None,
+    "POLICIES": {},
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """``DJANGO_RL`` with defaults filled in and top-level values validated."""
+
+    connection: str
+    key_prefix: str
+    fail_open: bool
+    num_proxies: int
+    default_policy: str | None
+    policies: Mapping[str, Any]
+
+
+def raw_settings() -> object:
+    """Return ``settings.DJANGO_RL`` exactly as the user wrote it (``{}`` when absent)."""
+    return getattr(django_settings, "DJANGO_RL", {})
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """Return the validated settings; raise :class:`ConfigurationError` if they are wrong.
+
+    Only the top level is validated here; each policy is validated when it is
+    first asked for, so one broken policy does not take the others down.
+    ``manage.py check`` reports every problem at once.
+    """
+    from django_rl.validation import settings_problems
+
+    raw = raw_settings()
+    problems = settings_problems(raw)
+    if problems:
+        raise problems[0].as_exception()
+    assert isinstance(raw, Mapping)
+    merged = {**DEFAULTS, **raw}
+    return Settings(
+        connection=merged["CONNECTION"],
+        key_prefix=merged["KEY_PREFIX"],
+        fail_open=merged["FAIL_OPEN"],
+        num_proxies=merged["NUM_PROXIES"],
+        default_policy=merged["DEFAULT_POLICY"],
+        policies=merged["POLICIES"],
+    )
+
+
+@receiver(setting_changed)
+def _reload_settings(*, setting: str, **kwargs: object) -> None:
+    if setting == "DJANGO_RL":
+        get_settings.cache_clear()
+
+
+__all__ = ["DEFAULTS", "ConfigurationError", "Settings", "get_settings", "raw_settings"]

@@ -1,0 +1,39 @@
+"""The result of one rate-limit decision."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a policy decided for one identity, the same for every algorithm.
+
+    :ivar allowed: whether the hit was allowed (for ``peek``: whether a hit of
+        cost 1 would be allowed now).
+    :ivar limit: hits per period (``fixed_window``, ``sliding_log``) or the
+        bucket's capacity (``token_bucket``).
+    :ivar remaining: hits of cost 1 that would still be allowed right now,
+        after this one; never negative.
+    :ivar retry_after: seconds until the same hit would be allowed; ``0.0``
+        when it was allowed.
+    :ivar reset_after: seconds until the state is back to full
+        (``remaining == limit``); ``0.0`` when it already is.
+    :ivar policy: the policy's name.
+    :ivar degraded: ``True`` when Redis could not be reached and the decision
+        follows ``FAIL_OPEN`` instead of a count.
+    """
+
+    allowed: bool
+    limit: int
+    remaining: int
+    retry_after: float
+    reset_after: float
+    policy: str
+    degraded: bool = False
+
+    @property
+    def retry_after_header(self) -> int:
+        """Return ``Retry-After`` in whole seconds: rounded up, at least 1."""
+        return max(1, math.ceil(self.retry_after))

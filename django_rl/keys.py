@@ -1,0 +1,50 @@
+"""Redis key names.
+
+``{KEY_PREFIX}:{policy}:{{identity}}:{fingerprint}[:window]``. The identity
+sits in a Redis Cluster hash tag so all keys of one client share a slot; the
+fingerprint changes with the algorithm and its parameters, so a changed policy
+starts fresh instead of misreading old state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+#: Longest identity kept verbatim in a key; longer ones become a digest.
+MAX_IDENTITY_LENGTH = 100
+
+_SAFE_IDENTITY = re.compile(rf"[A-Za-z0-9.:_@-]{{1,{MAX_IDENTITY_LENGTH}}}")
+_SAFE_KIND = re.compile(r"[A-Za-z0-9._@-]{1,32}")
+#: Names that appear in keys: the key prefix and policy names.
+SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def safe_identity(identity: str) -> str:
+    """Return ``identity`` if it is safe to put in a key, else a digest of it.
+
+    Safe means 1 to 100 characters from letters, digits and ``.:_@-``: no glob
+    characters for SCAN patterns, no braces to break the hash tag, no control
+    characters, bounded length. Anything else becomes ``<kind>:~<24 hex>``
+    (``~<24 hex>`` when it has no safe ``kind:`` prefix). ``~`` never passes
+    through from input, so a digest cannot collide with a verbatim identity.
+    """
+    if _SAFE_IDENTITY.fullmatch(identity):
+        return identity
+    kind, colon, _ = identity.partition(":")
+    digest = hashlib.blake2b(
+        identity.encode("utf-8", "surrogatepass"), digest_size=12
+    ).hexdigest()
+    if colon and _SAFE_KIND.fullmatch(kind):
+        return f"{kind}:~{digest}"
+    return f"~{digest}"
+
+
+def fingerprint(description: str) -> str:
+    """Return 8 hex characters that change whenever ``description`` does."""
+    return hashlib.blake2b(description.encode(), digest_size=4).hexdigest()
+
+
+def key_for(prefix: str, policy: str, identity: str, fingerprint: str) -> str:
+    """Return the base key of one (policy, identity); algorithms may add a suffix."""
+    return f"{prefix}:{policy}:{{{safe_identity(identity)}}}:{fingerprint}"

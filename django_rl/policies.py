@@ -1,0 +1,177 @@
+"""Policies and the registry that builds them from ``DJANGO_RL["POLICIES"]``."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from redis.exceptions import RedisError
+
+from django_rl.algorithms import ALGORITHMS, Algorithm, Outcome
+from django_rl.backends import RedisBackend, get_backend
+from django_rl.conf import get_settings
+from django_rl.decision import Decision
+from django_rl.exceptions import BackendError, UnknownPolicy
+from django_rl.identities import IdentityFunction, resolve_identity
+from django_rl.keys import fingerprint, key_for
+from django_rl.validation import policy_problems
+
+#: Retry-After of a request denied because Redis is down and FAIL_OPEN is False.
+DEGRADED_RETRY_AFTER = 1.0
+
+
+class Policy:
+    """A named limit: an algorithm, an identity function and where state lives.
+
+    Get one with :func:`get_policy`. ``identify(request)`` returns the
+    identity a request counts as, or ``None`` if the policy does not apply to
+    it. Methods that take an ``identity`` accept any string; it is made safe
+    for a Redis key (see ``keys.safe_identity``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        algorithm: Algorithm,
+        identify: IdentityFunction,
+        backend: RedisBackend,
+        *,
+        key_prefix: str,
+        fail_open: bool,
+    ) -> None:
+        self.name = name
+        self.algorithm = algorithm
+        self.identify: IdentityFunction = identify
+        self.backend = backend
+        self.key_prefix = key_prefix
+        self.fail_open = fail_open
+        self.fingerprint = fingerprint(algorithm.description)
+
+    def __repr__(self) -> str:
+        return f"<Policy {self.name!r}: {self.algorithm.description}>"
+
+    @property
+    def limit(self) -> int:
+        """Return the most hits of cost 1 allowed at once."""
+        return self.algorithm.limit
+
+    def key(self, identity: str) -> str:
+        """Return the base Redis key of ``identity`` under this policy."""
+        return key_for(self.key_prefix, self.name, identity, self.fingerprint)
+
+    def hit(self, identity: str, cost: int = 1) -> Decision:
+        """Count a hit of weight ``cost`` for ``identity`` and decide, in one round trip.
+
+        Never raises for Redis trouble: if Redis cannot answer, the decision
+        follows ``FAIL_OPEN`` and has ``degraded=True``.
+
+        :raises ValueError: if ``cost`` is not a whole number from 1 to the limit
+            (a hit heavier than the limit could never be allowed).
+        """
+        self._check_cost(cost)
+        try:
+            outcome = self.algorithm.hit(self.backend, self.key(identity), cost)
+        except RedisError as exc:
+            self.backend.record_failure(exc)
+            return self._degraded()
+        self.backend.record_success()
+        return self._decision(outcome)
+
+    def peek(self, identity: str) -> Decision:
+        """Return what a hit of cost 1 would be told now, counting nothing.
+
+        :raises BackendError: if Redis cannot answer.
+        """
+        try:
+            outcome = self.algorithm.peek(self.backend, self.key(identity))
+        except RedisError as exc:
+            raise BackendError(f"could not read policy {self.name!r}: {exc}") from exc
+        return self._decision(outcome)
+
+    def reset(self, identity: str) -> int:
+        """Forget ``identity``'s state under this policy; return the number of keys deleted.
+
+        :raises BackendError: if Redis cannot answer.
+        """
+        try:
+            keys = self.algorithm.keys(self.backend, self.key(identity))
+            return int(self.backend.client.delete(*keys))
+        except RedisError as exc:
+            raise BackendError(f"could not reset policy {self.name!r}: {exc}") from exc
+
+    def hit_request(self, request: Any, cost: int = 1) -> Decision | None:
+        """Identify ``request`` and hit; ``None`` when the policy does not apply to it."""
+        identity = self.identify(request)
+        if identity is None:
+            return None
+        return self.hit(identity, cost)
+
+    def _check_cost(self, cost: int) -> None:
+        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 1:
+            raise ValueError(f"cost must be a whole number of at least 1, not {cost!r}")
+        if cost > self.limit:
+            raise ValueError(
+                f"cost {cost} is above the limit {self.limit} of policy {self.name!r}: "
+                "such a hit could never be allowed"
+            )
+
+    def _decision(self, outcome: Outcome) -> Decision:
+        return Decision(
+            allowed=outcome.allowed,
+            limit=self.limit,
+            remaining=outcome.remaining,
+            retry_after=outcome.retry_after_ms / 1000,
+            reset_after=outcome.reset_after_ms / 1000,
+            policy=self.name,
+        )
+
+    def _degraded(self) -> Decision:
+        return Decision(
+            allowed=self.fail_open,
+            limit=self.limit,
+            remaining=self.limit if self.fail_open else 0,
+            retry_after=0.0 if self.fail_open else DEGRADED_RETRY_AFTER,
+            reset_after=0.0,
+            policy=self.name,
+            degraded=True,
+        )
+
+
+@functools.cache
+def get_policy(name: str) -> Policy:
+    """Return the policy ``DJANGO_RL["POLICIES"][name]`` describes.
+
+    Built on first use and kept until the settings change.
+
+    :raises UnknownPolicy: if no policy has that name (the message lists the
+        known ones).
+    :raises ConfigurationError: if the policy's settings are wrong (the same
+        problem ``manage.py check`` reports).
+    """
+    settings = get_settings()
+    if name not in settings.policies:
+        known = ", ".join(repr(n) for n in sorted(settings.policies)) or "none"
+        raise UnknownPolicy(
+            f"No rate-limit policy named {name!r}. Known policies: {known}",
+            hint="Define it in settings.DJANGO_RL['POLICIES'].",
+        )
+    spec = settings.policies[name]
+    problems = policy_problems(name, spec, num_proxies=settings.num_proxies)
+    if problems:
+        raise problems[0].as_exception()
+    return Policy(
+        name,
+        ALGORITHMS[spec["algorithm"]].from_spec(spec),
+        resolve_identity(spec.get("key", "user_or_ip"), num_proxies=settings.num_proxies),
+        get_backend(settings.connection),
+        key_prefix=settings.key_prefix,
+        fail_open=settings.fail_open,
+    )
+
+
+@receiver(setting_changed)
+def _forget_policies(*, setting: str, **kwargs: object) -> None:
+    if setting in ("DJANGO_RL", "CACHES"):
+        get_policy.cache_clear()

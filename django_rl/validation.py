@@ -1,0 +1,174 @@
+"""Every way ``settings.DJANGO_RL`` can be wrong, as Problems with check ids.
+
+One place knows the rules: ``checks.py`` reports all Problems through
+``manage.py check``; ``conf.get_settings`` and the policy registry raise the
+first one as a :class:`ConfigurationError` if a bad setting is used anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django_rl.algorithms import ALGORITHMS, ALL_PARAMETERS, ParameterError
+from django_rl.conf import DEFAULTS
+from django_rl.exceptions import ConfigurationError
+from django_rl.identities import IdentitySpecError, resolve_identity
+from django_rl.keys import SAFE_NAME
+from django_rl.rates import RateError, parse_rate
+
+#: Policy keys every algorithm accepts.
+COMMON_KEYS = frozenset({"algorithm", "key"})
+_NAME_RULE = "1 to 64 letters, digits, '.', '_' or '-'"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the settings."""
+
+    id: str
+    msg: str
+    hint: str
+
+    def as_exception(self) -> ConfigurationError:
+        return ConfigurationError(self.msg, check_id=self.id, hint=self.hint)
+
+
+def settings_problems(raw: object) -> list[Problem]:
+    """Return what is wrong with the top level of ``DJANGO_RL`` (not each policy)."""
+    if not isinstance(raw, Mapping):
+        return [
+            Problem(
+                "django_rl.E001",
+                f"settings.DJANGO_RL must be a dict, not {type(raw).__name__}",
+                "Write DJANGO_RL = {'POLICIES': {...}} in your settings.",
+            )
+        ]
+    problems = []
+    unknown = sorted(set(raw) - set(DEFAULTS), key=str)
+    if unknown:
+        problems.append(
+            Problem(
+                "django_rl.E001",
+                f"settings.DJANGO_RL has unknown keys: {', '.join(map(repr, unknown))}",
+                f"Known keys are {', '.join(DEFAULTS)}. Check the spelling.",
+            )
+        )
+    merged = {**DEFAULTS, **raw}
+    checks = [
+        ("CONNECTION", isinstance(merged["CONNECTION"], str), "the name of a CACHES alias"),
+        (
+            "KEY_PREFIX",
+            isinstance(merged["KEY_PREFIX"], str) and SAFE_NAME.fullmatch(merged["KEY_PREFIX"]),
+            _NAME_RULE,
+        ),
+        ("FAIL_OPEN", isinstance(merged["FAIL_OPEN"], bool), "True or False"),
+        (
+            "NUM_PROXIES",
+            type(merged["NUM_PROXIES"]) is int and 0 <= merged["NUM_PROXIES"] <= 32,
+            "a whole number from 0 (trust no X-Forwarded-For) to 32",
+        ),
+        ("POLICIES", isinstance(merged["POLICIES"], Mapping), "a dict of policy name -> dict"),
+        (
+            "DEFAULT_POLICY",
+            merged["DEFAULT_POLICY"] is None or isinstance(merged["DEFAULT_POLICY"], str),
+            "None or a policy name",
+        ),
+    ]
+    for name, ok, expected in checks:
+        if not ok:
+            problems.append(
+                Problem(
+                    "django_rl.E002",
+                    f"DJANGO_RL[{name!r}] is {merged[name]!r}",
+                    f"It must be {expected}.",
+                )
+            )
+    return problems
+
+
+def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list[Problem]:
+    """Return what is wrong with one entry of ``DJANGO_RL["POLICIES"]``."""
+    where = f"DJANGO_RL['POLICIES'][{name!r}]"
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
+        return [Problem("django_rl.E005", f"{where}: bad policy name", f"Use {_NAME_RULE}.")]
+    if not isinstance(spec, Mapping):
+        return [
+            Problem(
+                "django_rl.E005",
+                f"{where} must be a dict, not {type(spec).__name__}",
+                "Write e.g. {'algorithm': 'sliding_log', 'rate': '5/m'}.",
+            )
+        ]
+    problems = []
+    unknown = sorted(set(spec) - COMMON_KEYS - ALL_PARAMETERS, key=str)
+    if unknown:
+        known = ", ".join(sorted(COMMON_KEYS | ALL_PARAMETERS))
+        problems.append(
+            Problem(
+                "django_rl.E005",
+                f"{where} has unknown keys: {', '.join(map(repr, unknown))}",
+                f"Policy keys are {known}. Check the spelling.",
+            )
+        )
+    try:
+        resolve_identity(spec.get("key", "user_or_ip"), num_proxies=num_proxies)
+    except IdentitySpecError as exc:
+        problems.append(
+            Problem(
+                "django_rl.E011",
+                f"{where}: {exc}",
+                "Use 'ip', 'user', 'user_or_ip', 'header:<Name>' or the dotted path "
+                "of a callable(request) -> str | None.",
+            )
+        )
+    algorithm = ALGORITHMS.get(spec.get("algorithm"))  # type: ignore[arg-type]
+    if algorithm is None:
+        problems.append(
+            Problem(
+                "django_rl.E006",
+                f"{where} has "
+                + (
+                    f"an unknown algorithm {spec['algorithm']!r}"
+                    if "algorithm" in spec
+                    else "no 'algorithm'"
+                ),
+                f"Set 'algorithm' to one of {', '.join(ALGORITHMS)}.",
+            )
+        )
+        return problems
+    needs = ", ".join(sorted(algorithm.parameters))
+    missing = sorted(algorithm.parameters - set(spec))
+    if missing:
+        problems.append(
+            Problem(
+                "django_rl.E008",
+                f"{where} lacks {', '.join(map(repr, missing))}, which {algorithm.name} needs",
+                f"{algorithm.name} takes {needs}.",
+            )
+        )
+    extra = sorted((ALL_PARAMETERS - algorithm.parameters) & set(spec))
+    if extra:
+        problems.append(
+            Problem(
+                "django_rl.E009",
+                f"{where} sets {', '.join(map(repr, extra))}, which {algorithm.name} does not use",
+                f"{algorithm.name} takes {needs}; remove the others.",
+            )
+        )
+    if missing:
+        return problems
+    try:
+        algorithm.from_spec(spec)
+    except RateError as exc:
+        problems.append(
+            Problem(
+                "django_rl.E007",
+                f"{where}: {exc}",
+                "Write '<count>/<period>' with period s, m, h or d, e.g. '5/m' or '100/10m'.",
+            )
+        )
+    except ParameterError as exc:
+        problems.append(Problem("django_rl.E010", f"{where}: {exc}", f"{algorithm.name} takes {needs}."))
+    return problems

@@ -1,0 +1,76 @@
+"""Fixtures: the suite's own redis-server, and Django pointed at it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from django.test import override_settings
+
+from tests.redis_server import RedisServer, caches_for
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A redis-server this suite started, on a free port; stopped at the end."""
+    server = RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _django_uses_redis_server(redis_server: RedisServer) -> Iterator[None]:
+    with override_settings(CACHES=caches_for(redis_server.url)):
+        yield
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of the suite's server, emptied before the test."""
+    client = redis_server.client()
+    client.flushall()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture(autouse=True)
+def _empty_redis(redis_server: RedisServer) -> None:
+    """Every test starts with an empty Redis (ours: never a shared one)."""
+    client = redis_server.client()
+    try:
+        client.flushall()
+    finally:
+        client.close()
+
+
+def server_ms(client: redis.Redis) -> int:
+    """Return the Redis server's clock in ms."""
+    seconds, microseconds = client.time()
+    return int(seconds) * 1000 + int(microseconds) // 1000
+
+
+def sleep_until(client: redis.Redis, target_ms: int) -> None:
+    """Sleep until the Redis server's clock reads ``target_ms`` (or later)."""
+    while (remaining := target_ms - server_ms(client)) > 0:
+        time.sleep(remaining / 1000)
+
+
+def start_of_fresh_window(client: redis.Redis, period_ms: int, min_left_ms: int) -> int:
+    """Return the server time at which at least ``min_left_ms`` remain in the window.
+
+    Waits for the next window when the current one is too close to its end,
+    so a test's hits cannot straddle an edge.
+    """
+    now = server_ms(client)
+    left = period_ms - now % period_ms
+    if left < min_left_ms:
+        sleep_until(client, now + left)
+        now = server_ms(client)
+    return now

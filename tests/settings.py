@@ -1,0 +1,68 @@
+"""Settings for the test suite. CACHES is pointed at the suite's own redis-server
+by ``conftest.py`` once it has started."""
+
+from __future__ import annotations
+
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "rest_framework",
+    "django_rl",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+
+# Replaced by conftest.py with the URL of the suite's own redis-server.
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": "redis://127.0.0.1:1/0",
+    }
+}
+
+DJANGO_RL = {
+    "KEY_PREFIX": "rl",
+    "POLICIES": {
+        "login": {"algorithm": "sliding_log", "rate": "5/m", "key": "ip"},
+        "per_minute": {"algorithm": "fixed_window", "rate": "5/m", "key": "ip"},
+        "api": {"algorithm": "fixed_window", "rate": "5/m", "key": "user_or_ip"},
+        "burst": {"algorithm": "token_bucket", "capacity": 3, "rate": "1/s", "key": "ip"},
+        "writes": {"algorithm": "fixed_window", "rate": "2/m", "key": "ip"},
+    },
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_THROTTLE_CLASSES": ["django_rl.throttling.PolicyThrottle"],
+}

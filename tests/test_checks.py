@@ -1,0 +1,235 @@
+"""Every bad setting is reported by ``manage.py check`` with its id and a hint."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.checks import Error
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from django_rl.checks import check_settings
+
+GOOD = {"algorithm": "fixed_window", "rate": "5/m"}
+
+
+def errors(settings, rl=None, urls="tests.urls_without_limits", **overrides):
+    settings.ROOT_URLCONF = urls
+    if rl is not None:
+        settings.DJANGO_RL = rl
+    for name, value in overrides.items():
+        setattr(settings, name, value)
+    return check_settings()
+
+
+def policies(**specs):
+    return {"POLICIES": specs}
+
+
+def test_the_test_settings_are_clean(settings):
+    assert errors(settings, urls="tests.urls") == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (
+            {"algorithm": "leaky", "rate": "5/m"},
+            Error(
+                "DJANGO_RL['POLICIES']['p'] has an unknown algorithm 'leaky'",
+                hint="Set 'algorithm' to one of fixed_window, sliding_log, token_bucket.",
+                id="django_rl.E006",
+            ),
+        ),
+        (
+            {"rate": "5/m"},
+            Error(
+                "DJANGO_RL['POLICIES']['p'] has no 'algorithm'",
+                hint="Set 'algorithm' to one of fixed_window, sliding_log, token_bucket.",
+                id="django_rl.E006",
+            ),
+        ),
+        (
+            {"algorithm": "sliding_log", "rate": "5/mango"},
+            Error(
+                "DJANGO_RL['POLICIES']['p']: rate '5/mango' has an unknown period unit 'mango'; "
+                "use s, m, h or d (optionally with a multiplier, e.g. '100/10m')",
+                hint="Write '<count>/<period>' with period s, m, h or d, e.g. '5/m' or '100/10m'.",
+                id="django_rl.E007",
+            ),
+        ),
+        (
+            {"algorithm": "token_bucket", "rate": "1/s"},
+            Error(
+                "DJANGO_RL['POLICIES']['p'] lacks 'capacity', which token_bucket needs",
+                hint="token_bucket takes capacity, rate.",
+                id="django_rl.E008",
+            ),
+        ),
+        (
+            {"algorithm": "fixed_window"},
+            Error(
+                "DJANGO_RL['POLICIES']['p'] lacks 'rate', which fixed_window needs",
+                hint="fixed_window takes rate.",
+                id="django_rl.E008",
+            ),
+        ),
+        (
+            {"algorithm": "fixed_window", "rate": "5/m", "capacity": 3},
+            Error(
+                "DJANGO_RL['POLICIES']['p'] sets 'capacity', which fixed_window does not use",
+                hint="fixed_window takes rate; remove the others.",
+                id="django_rl.E009",
+            ),
+        ),
+        (
+            {"algorithm": "token_bucket", "rate": "1/s", "capacity": 0},
+            Error(
+                "DJANGO_RL['POLICIES']['p']: capacity must be between 1 and 1,000,000,000, not 0",
+                hint="token_bucket takes capacity, rate.",
+                id="django_rl.E010",
+            ),
+        ),
+        (
+            {"algorithm": "token_bucket", "rate": "1/s", "capacity": "3"},
+            Error(
+                "DJANGO_RL['POLICIES']['p']: capacity must be a whole number, not '3'",
+                hint="token_bucket takes capacity, rate.",
+                id="django_rl.E010",
+            ),
+        ),
+        (
+            {"algorithm": "fixed_window", "rate": "5/m", "key": "tests.nowhere.func"},
+            Error(
+                "DJANGO_RL['POLICIES']['p']: key 'tests.nowhere.func' could not be imported: "
+                "No module named 'tests.nowhere'",
+                hint="Use 'ip', 'user', 'user_or_ip', 'header:<Name>' or the dotted path of a "
+                "callable(request) -> str | None.",
+                id="django_rl.E011",
+            ),
+        ),
+        (
+            {"algorithm": "fixed_window", "rate": "5/m", "rat": "6/m"},
+            Error(
+                "DJANGO_RL['POLICIES']['p'] has unknown keys: 'rat'",
+                hint="Policy keys are algorithm, capacity, key, rate. Check the spelling.",
+                id="django_rl.E005",
+            ),
+        ),
+        (
+            "5/m",
+            Error(
+                "DJANGO_RL['POLICIES']['p'] must be a dict, not str",
+                hint="Write e.g. {'algorithm': 'sliding_log', 'rate': '5/m'}.",
+                id="django_rl.E005",
+            ),
+        ),
+    ],
+)
+def test_each_malformed_policy_has_its_error(settings, spec, expected):
+    assert errors(settings, policies(p=spec)) == [expected]
+
+
+@pytest.mark.parametrize("rate", ["five/m", "0/m", "5/0s", "5/mango", 5])
+def test_bad_rates_are_e007(settings, rate):
+    found = errors(settings, policies(p={"algorithm": "fixed_window", "rate": rate}))
+    assert [e.id for e in found] == ["django_rl.E007"]
+
+
+def test_a_bad_policy_name(settings):
+    found = errors(settings, policies(**{"log in": GOOD}))
+    assert [(e.id, e.msg) for e in found] == [
+        ("django_rl.E005", "DJANGO_RL['POLICIES']['log in']: bad policy name")
+    ]
+
+
+def test_several_problems_are_all_reported(settings):
+    found = errors(
+        settings,
+        policies(
+            a={"algorithm": "fixed_window", "rate": "5/x", "capacity": 2},
+            b={"algorithm": "nope"},
+        ),
+    )
+    assert [e.id for e in found] == ["django_rl.E009", "django_rl.E007", "django_rl.E006"]
+
+
+@pytest.mark.parametrize(
+    ("rl", "expected"),
+    [
+        ([], [("django_rl.E001", "settings.DJANGO_RL must be a dict, not list")]),
+        (
+            {"POLICY": {}},
+            [("django_rl.E001", "settings.DJANGO_RL has unknown keys: 'POLICY'")],
+        ),
+        ({"KEY_PREFIX": "rl:*"}, [("django_rl.E002", "DJANGO_RL['KEY_PREFIX'] is 'rl:*'")]),
+        ({"FAIL_OPEN": "yes"}, [("django_rl.E002", "DJANGO_RL['FAIL_OPEN'] is 'yes'")]),
+        ({"NUM_PROXIES": -1}, [("django_rl.E002", "DJANGO_RL['NUM_PROXIES'] is -1")]),
+        ({"POLICIES": []}, [("django_rl.E002", "DJANGO_RL['POLICIES'] is []")]),
+        (
+            {"DEFAULT_POLICY": "nope", "POLICIES": {}},
+            [
+                (
+                    "django_rl.E012",
+                    "DJANGO_RL['DEFAULT_POLICY'] is 'nope', which is not a policy",
+                )
+            ],
+        ),
+    ],
+)
+def test_top_level_problems(settings, rl, expected):
+    assert [(e.id, e.msg) for e in errors(settings, rl)] == expected
+
+
+def test_connection_alias_missing(settings):
+    found = errors(settings, {"CONNECTION": "ratelimit"})
+    assert [(e.id, e.msg) for e in found] == [
+        ("django_rl.E003", "DJANGO_RL['CONNECTION'] is 'ratelimit', which is not in settings.CACHES")
+    ]
+
+
+def test_connection_not_django_redis(settings):
+    caches = {**settings.CACHES, "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    found = errors(settings, {"CONNECTION": "locmem", "POLICIES": {}}, CACHES=caches)
+    assert [(e.id, e.msg) for e in found] == [
+        (
+            "django_rl.E004",
+            "CACHES['locmem'] uses 'django.core.cache.backends.locmem.LocMemCache', "
+            "not a django-redis cache",
+        )
+    ]
+    assert found[0].hint == (
+        "django_rl runs on django-redis connections: set its BACKEND to "
+        "'django_redis.cache.RedisCache'."
+    )
+
+
+def test_views_that_name_unknown_policies(settings):
+    # tests.urls decorates views with 'per_minute' and 'writes', and a DRF view
+    # has throttle_scope 'per_minute'.
+    found = errors(settings, policies(login=GOOD), urls="tests.urls")
+    assert sorted((e.id, e.msg) for e in found) == [
+        ("django_rl.E013", f"view {view!r} names the rate-limit policy {name!r}, which does not exist")
+        for view, name in sorted(
+            [
+                ("tests.views.LimitedAsyncClassView", "per_minute"),
+                ("tests.views.LimitedClassView", "per_minute"),
+                ("tests.views.MethodDecoratedView", "per_minute"),
+                ("tests.views.ScopedApiView", "per_minute"),
+                ("tests.views.limited", "per_minute"),
+                ("tests.views.limited_async", "per_minute"),
+                ("tests.views.writes_only", "writes"),
+            ]
+        )
+    ]
+
+
+def test_manage_py_check_fails_with_the_error(settings):
+    settings.DJANGO_RL = policies(p={"algorithm": "fixed_window", "rate": "0/m"})
+    with pytest.raises(SystemCheckError) as info:
+        call_command("check")
+    assert "(django_rl.E007) DJANGO_RL['POLICIES']['p']: rate '0/m' must allow" in str(info.value)
+
+
+def test_manage_py_check_passes_on_good_settings(capsys):
+    call_command("check")
+    assert "no issues" in capsys.readouterr().out

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import pytest
+
+from django_rl.rates import Rate, RateError, parse_rate
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "period_ms", "normalized"),
+    [
+        ("5/s", 5, 1_000, "5/s"),
+        ("5/m", 5, 60_000, "5/m"),
+        ("1000/h", 1000, 3_600_000, "1000/h"),
+        ("3/d", 3, 86_400_000, "3/d"),
+        ("100/10m", 100, 600_000, "100/10m"),
+        ("1/60s", 1, 60_000, "1/m"),
+        ("7/1h", 7, 3_600_000, "7/h"),
+    ],
+)
+def test_valid_rates(text, limit, period_ms, normalized):
+    rate = parse_rate(text)
+    assert rate == Rate(limit=limit, period_ms=period_ms)
+    assert str(rate) == normalized
+    assert rate.period == period_ms / 1000
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("5/mango", "unknown period unit 'mango'"),
+        ("5/min", "unknown period unit 'min'"),
+        ("5/M", "unknown period unit 'M'"),
+        ("5/", "unknown period unit ''"),
+        ("five/m", "is not of the form '<count>/<period>'"),
+        ("5 / m", "is not of the form"),
+        ("5m", "is not of the form"),
+        ("-5/m", "is not of the form"),
+        ("5/-1m", "is not of the form"),
+        ("", "is not of the form"),
+        ("0/m", "must allow between 1 and 1,000,000,000 hits"),
+        ("5000000000/m", "must allow between 1 and"),
+        ("5/0s", "must have a period between 1s and 366d"),
+        ("5/367d", "must have a period between 1s and 366d"),
+        (5, "rate must be a string"),
+        (None, "rate must be a string"),
+    ],
+)
+def test_invalid_rates(text, message):
+    with pytest.raises(RateError, match=message.replace("(", r"\(")):
+        parse_rate(text)

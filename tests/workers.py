@@ -1,0 +1,40 @@
+"""Code that runs in child processes started by the tests (multiprocessing, spawn).
+
+A spawned child imports nothing of the parent's state, so it sets Django up
+itself, pointed at the same redis-server and the same policies.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def hammer_policy(
+    redis_url: str,
+    policies: dict[str, Any],
+    name: str,
+    identity: str,
+    attempts: int,
+    cost: int,
+    ready: Any,
+    go: Any,
+    results: Any,
+) -> None:
+    """Hit ``name`` for ``identity`` ``attempts`` times once ``go`` is set; report allowed count."""
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    import django
+
+    django.setup()
+    from django.test import override_settings
+
+    from django_rl import get_policy
+    from tests.redis_server import caches_for
+
+    with override_settings(CACHES=caches_for(redis_url), DJANGO_RL={"POLICIES": policies}):
+        policy = get_policy(name)
+        policy.peek("warm-up")  # connect and measure the clock before the race
+        ready.set()
+        go.wait(30)
+        allowed = sum(policy.hit(identity, cost).allowed for _ in range(attempts))
+    results.put(allowed)
