@@ -1,0 +1,91 @@
+"""A small site that uses both front doors of django_rl.
+
+Redis: ``REDIS_URL`` (default ``redis://127.0.0.1:6379/0``). Keys are written
+under the ``rl-example`` prefix.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-not-for-production")
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+ROOT_URLCONF = "example_project.urls"
+WSGI_APPLICATION = "example_project.wsgi.application"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+USE_TZ = True
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_rl",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("EXAMPLE_DB", str(BASE_DIR / "db.sqlite3")),
+    }
+}
+
+STATIC_URL = "static/"
+
+# The rate limiter's connection. Short socket timeouts keep a request from
+# waiting long on a Redis that is down; FAIL_OPEN decides what happens then.
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 0.5},
+    }
+}
+
+DJANGO_RL = {
+    "CONNECTION": "default",
+    "KEY_PREFIX": "rl-example",
+    "FAIL_OPEN": True,
+    "POLICIES": {
+        # 5 login attempts a minute per client address, exact (no edge burst).
+        "login": {"algorithm": "sliding_log", "rate": "5/m", "key": "ip"},
+        # A cheap counter for the API: 1000 an hour per user, else per address.
+        "api": {"algorithm": "fixed_window", "rate": "1000/h", "key": "user_or_ip"},
+        # Bursts of 3, then one a second.
+        "burst": {"algorithm": "token_bucket", "capacity": 3, "rate": "1/s", "key": "ip"},
+    },
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_THROTTLE_CLASSES": ["django_rl.throttling.PolicyThrottle"],
+}
