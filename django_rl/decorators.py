@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse
@@ -32,7 +32,9 @@ def check_request(
     return too_many_requests(denied) if denied else None
 
 
-def ratelimit(*policies: str, methods: Iterable[str] | None = None, cost: int = 1) -> Callable[[V], V]:
+def ratelimit(
+    *policies: str, methods: Iterable[str] | None = None, cost: int = 1
+) -> Callable[[V], V]:
     """Limit a view by the named policies of ``DJANGO_RL["POLICIES"]``.
 
     Works on function views, sync or ``async def``, and on class-based views:
@@ -55,7 +57,7 @@ def ratelimit(*policies: str, methods: Iterable[str] | None = None, cost: int = 
 
     def decorator(view: V) -> V:
         if isinstance(view, type):
-            return _decorate_class(view, decorator, names)
+            return cast(V, _decorate_class(view, decorator, names))
         if iscoroutinefunction(view):
 
             @functools.wraps(view)
@@ -80,7 +82,7 @@ def ratelimit(*policies: str, methods: Iterable[str] | None = None, cost: int = 
 
             wrapper = sync_wrapper
         wrapper.django_rl_policies = names
-        return wrapper  # type: ignore[no-any-return]
+        return cast(V, wrapper)
 
     return decorator
 

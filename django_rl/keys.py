@@ -32,9 +32,7 @@ def safe_identity(identity: str) -> str:
     if _SAFE_IDENTITY.fullmatch(identity):
         return identity
     kind, colon, _ = identity.partition(":")
-    digest = hashlib.blake2b(
-        identity.encode("utf-8", "surrogatepass"), digest_size=12
-    ).hexdigest()
+    digest = hashlib.blake2b(identity.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
     if colon and _SAFE_KIND.fullmatch(kind):
         return f"{kind}:~{digest}"
     return f"~{digest}"

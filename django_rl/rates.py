@@ -63,6 +63,6 @@ def parse_rate(text: object) -> Rate:
     if not 1 <= count <= MAX_COUNT:
         raise RateError(f"rate {text!r} must allow between 1 and {MAX_COUNT:,} hits")
     period_ms = multiplier * UNIT_MS[unit]
-    if not 1 <= multiplier or period_ms > MAX_PERIOD_MS:
+    if not multiplier >= 1 or period_ms > MAX_PERIOD_MS:
         raise RateError(f"rate {text!r} must have a period between 1s and 366d")
     return Rate(limit=count, period_ms=period_ms)

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from django_rl.algorithms import ALGORITHMS, ALL_PARAMETERS, ParameterError
 from django_rl.conf import DEFAULTS
 from django_rl.exceptions import ConfigurationError
 from django_rl.identities import IdentitySpecError, resolve_identity
 from django_rl.keys import SAFE_NAME
-from django_rl.rates import RateError, parse_rate
+from django_rl.rates import RateError
 
 #: Policy keys every algorithm accepts.
 COMMON_KEYS = frozenset({"algorithm", "key"})
@@ -123,7 +122,8 @@ def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list
                 "of a callable(request) -> str | None.",
             )
         )
-    algorithm = ALGORITHMS.get(spec.get("algorithm"))  # type: ignore[arg-type]
+    name_of_algorithm = spec.get("algorithm")
+    algorithm = ALGORITHMS.get(name_of_algorithm) if isinstance(name_of_algorithm, str) else None
     if algorithm is None:
         problems.append(
             Problem(
@@ -170,5 +170,7 @@ def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list
             )
         )
     except ParameterError as exc:
-        problems.append(Problem("django_rl.E010", f"{where}: {exc}", f"{algorithm.name} takes {needs}."))
+        problems.append(
+            Problem("django_rl.E010", f"{where}: {exc}", f"{algorithm.name} takes {needs}.")
+        )
     return problems

@@ -116,6 +116,14 @@ def test_the_test_settings_are_clean(settings):
             ),
         ),
         (
+            {"algorithm": ["fixed_window"], "rate": "5/m"},
+            Error(
+                "DJANGO_RL['POLICIES']['p'] has an unknown algorithm ['fixed_window']",
+                hint="Set 'algorithm' to one of fixed_window, sliding_log, token_bucket.",
+                id="django_rl.E006",
+            ),
+        ),
+        (
             "5/m",
             Error(
                 "DJANGO_RL['POLICIES']['p'] must be a dict, not str",
@@ -183,12 +191,18 @@ def test_top_level_problems(settings, rl, expected):
 def test_connection_alias_missing(settings):
     found = errors(settings, {"CONNECTION": "ratelimit"})
     assert [(e.id, e.msg) for e in found] == [
-        ("django_rl.E003", "DJANGO_RL['CONNECTION'] is 'ratelimit', which is not in settings.CACHES")
+        (
+            "django_rl.E003",
+            "DJANGO_RL['CONNECTION'] is 'ratelimit', which is not in settings.CACHES",
+        )
     ]
 
 
 def test_connection_not_django_redis(settings):
-    caches = {**settings.CACHES, "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    caches = {
+        **settings.CACHES,
+        "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    }
     found = errors(settings, {"CONNECTION": "locmem", "POLICIES": {}}, CACHES=caches)
     assert [(e.id, e.msg) for e in found] == [
         (
@@ -208,7 +222,10 @@ def test_views_that_name_unknown_policies(settings):
     # has throttle_scope 'per_minute'.
     found = errors(settings, policies(login=GOOD), urls="tests.urls")
     assert sorted((e.id, e.msg) for e in found) == [
-        ("django_rl.E013", f"view {view!r} names the rate-limit policy {name!r}, which does not exist")
+        (
+            "django_rl.E013",
+            f"view {view!r} names the rate-limit policy {name!r}, which does not exist",
+        )
         for view, name in sorted(
             [
                 ("tests.views.LimitedAsyncClassView", "per_minute"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client
@@ -121,3 +123,37 @@ def test_decorated_views_keep_their_names():
     assert views.limited.__name__ == "limited"
     assert views.limited.django_rl_policies == ("per_minute",)
     assert views.LimitedClassView.django_rl_policies == ("per_minute",)
+
+
+LOOPS_SEEN: list[bool] = []
+
+
+def loop_probe(request):
+    """An identity function that records whether an event loop runs in its thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        LOOPS_SEEN.append(False)
+    else:
+        LOOPS_SEEN.append(True)
+    return "probe:1"
+
+
+@pytest.mark.parametrize("url", ["/limited-async/", "/class-async/", "/limited/", "/class/"])
+def test_async_views_decide_off_the_event_loop(settings, url):
+    settings.DJANGO_RL = {
+        "POLICIES": {
+            "per_minute": {
+                "algorithm": "fixed_window",
+                "rate": "5/m",
+                "key": "tests.test_http.loop_probe",
+            }
+        }
+    }
+    LOOPS_SEEN.clear()
+
+    async def one_request():
+        return (await AsyncClient().get(url)).status_code
+
+    assert async_to_sync(one_request)() == 200
+    assert LOOPS_SEEN == [False]

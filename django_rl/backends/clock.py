@@ -44,7 +44,7 @@ class ServerClock:
         if now >= self._resync_at:
             self._resync(now)
         assert self._offset is not None
-        return int((time.monotonic() + self._offset) * 1000)
+        return int((now + self._offset) * 1000)
 
     def _resync(self, now: float) -> None:
         # Only one thread measures; the others keep the previous offset, if

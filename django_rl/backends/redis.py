@@ -78,13 +78,14 @@ class RedisBackend:
         from django_redis import get_redis_connection
 
         try:
-            return get_redis_connection(self.alias, write=True)
+            client: Redis = get_redis_connection(self.alias, write=True)
         except NotImplementedError as exc:
             raise ConfigurationError(
                 f"CACHES[{self.alias!r}] is not a django-redis cache",
                 check_id="django_rl.E004",
                 hint="Set its BACKEND to 'django_redis.cache.RedisCache'",
             ) from exc
+        return client
 
     def _read_server_time(self) -> tuple[int, int]:
         seconds, microseconds = self.client.time()
