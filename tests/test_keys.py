@@ -62,3 +62,28 @@ def test_too_long_identities_are_digested():
 def test_fingerprint_is_short_and_follows_its_input():
     assert re.fullmatch(r"[0-9a-f]{8}", fingerprint("fixed_window 5/m"))
     assert fingerprint("fixed_window 5/m") != fingerprint("fixed_window 6/m")
+
+
+def test_hostile_identities_make_bounded_keys_in_redis(redis_client):
+    from django_rl import get_policy
+
+    hostile = [
+        "x" * 5000,
+        "ip:*",
+        "ip:?",
+        "ip:[a-z]",
+        "user:{42}",
+        "user:line\nbreak",
+        "user:ünïcødé",
+        "\x00\x1b[31m",
+        "}{",
+    ]
+    for name in ("login", "per_minute", "burst"):
+        policy = get_policy(name)
+        for identity in hostile:
+            assert policy.hit(identity).allowed
+    keys = [k.decode() for k in redis_client.scan_iter(match="rl:*")]
+    assert len(keys) == 3 * len(hostile)
+    for key in keys:
+        assert len(key) <= 80
+        assert re.fullmatch(r"rl:[a-z_]+:\{[A-Za-z0-9.:_@~-]+\}:[0-9a-f]{8}(:[0-9]+)?", key), key
