@@ -1,5 +1,6 @@
 # make test: create .venv, install the project with its test dependencies and
 # the system programs the suite runs (redis-server), then run every test.
+# make lint: ruff (lint and format) and mypy --strict over django_rl/.
 
 PYTHON ?= python3
 VENV := .venv
@@ -7,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SYSTEM_PACKAGES := redis-server=redis-server
 
-.PHONY: test venv system-packages clean
+.PHONY: test lint venv system-packages clean
 
 test: venv system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -17,8 +18,13 @@ venv: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
 	touch $(STAMP)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy django_rl
 
 system-packages:
 	scripts/ensure-system-packages.sh $(SYSTEM_PACKAGES)
