@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from django.contrib.auth.models import Permission
+from django.core.management import call_command
 from django.test import Client, override_settings
 
 from django_rl import admin_views, get_policy
@@ -80,6 +83,12 @@ def test_the_migration_makes_the_two_permissions(db):
         ("reset_livecounter", "Can reset live counters"),
         ("view_livecounter", "Can view live counter"),
     ]
+
+
+def test_no_migration_is_missing(db):
+    out = io.StringIO()
+    call_command("makemigrations", "django_rl", "--check", "--dry-run", stdout=out)
+    assert out.getvalue() == "No changes detected in app 'django_rl'\n"
 
 
 # Permissions

@@ -299,11 +299,24 @@ def test_stale_and_unconfigured_state_is_shown_apart_and_never_counted(settings,
     stale, gone = rows[1], rows[2]
     assert (stale.used, stale.limit, stale.denied, stale.algorithm) == (0, 0, False, "")
     assert 3599 < stale.reset_after <= 3600  # when its key expires
-    assert stale.detail == "state of an earlier configuration of this policy; no decision reads it"
-    assert gone.detail.startswith("this policy is not configured")
+    assert stale.detail == (
+        "left by an earlier configuration of this policy; unused, it expires by its TTL"
+    )
+    assert gone.detail == "policy not configured (or invalid); unused, it expires by its TTL"
     # A broken policy is the same as a missing one here: nothing crashes.
     settings.DJANGO_RL = {"KEY_PREFIX": "t", "POLICIES": {"fw": {"algorithm": "fixed_window"}}}
     assert {r.status for r in list_counters(Query()).rows} == {UNCONFIGURED}
+
+
+def test_stale_state_without_a_ttl_says_so(policies, redis_client):
+    redis_client.set("t:fw:{ip:10.4.0.3}:0badc0de:1", 3)
+    (row,) = list_counters(Query()).rows
+    assert (row.status, row.reset_after, row.keys) == (
+        STALE,
+        0.0,
+        ("t:fw:{ip:10.4.0.3}:0badc0de:1",),
+    )
+    assert row.detail == "unused, and it has no TTL: delete it by hand"
 
 
 def test_keys_under_the_prefix_of_another_form_are_skipped_and_counted(policies, redis_client):

@@ -245,9 +245,9 @@ def _queue_expiring(
     for key in keys:
         pipe.pttl(key)
     detail = (
-        "state of an earlier configuration of this policy; no decision reads it"
+        "left by an earlier configuration of this policy; unused, it expires by its TTL"
         if status == STALE
-        else "this policy is not configured (or its settings are invalid); no decision reads it"
+        else "policy not configured (or invalid); unused, it expires by its TTL"
     )
 
     def row(replies: Iterator[Any]) -> Row | None:
@@ -264,7 +264,7 @@ def _queue_expiring(
             status=status,
             keys=alive,
             reset_after=reset_ms / 1000 if reset_ms > 0 else 0.0,
-            detail=detail if reset_ms != -1 else detail + "; it has no TTL",
+            detail=detail if reset_ms != -1 else "unused, and it has no TTL: delete it by hand",
         )
 
     return row
