@@ -103,7 +103,7 @@ def test_a_superuser_watches_a_new_client_appear_live_and_resets_it(page, admin_
     log_in(page, "admin", "password")
     page.get_by_role("link", name="Live counters", exact=True).click()
     page.wait_for_url(f"**{PAGE}")
-    assert page.inner_text("h1") == "Live counters"
+    assert page.inner_text("#content h1") == "Live counters"
     page.evaluate("window.notReloaded = true")
     navigations = []
     page.on("framenavigated", lambda frame: navigations.append(frame.url))

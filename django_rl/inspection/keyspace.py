@@ -84,8 +84,8 @@ def operator_identity(text: str) -> str:
     return text
 
 
-def match_pattern(prefix: str, policy: str | None = None, identity_prefix: str = "") -> str:
-    """Return the SCAN pattern of the app's keys, narrowed to a policy and an identity prefix.
+def check_filters(policy: str | None, identity_prefix: str) -> None:
+    """Check what narrows a listing: nothing in it may be special in a SCAN pattern.
 
     :raises ValueError: if ``policy`` is not a valid policy name, or
         ``identity_prefix`` has characters no identity in a key can have.
@@ -97,7 +97,15 @@ def match_pattern(prefix: str, policy: str | None = None, identity_prefix: str =
             "identities in keys have only letters, digits and .:_@-~ (others are digested): "
             "search for the exact identity to find a digested one"
         )
-    # None of the characters allowed above is special in a glob pattern.
+
+
+def match_pattern(prefix: str, policy: str | None = None, identity_prefix: str = "") -> str:
+    """Return the SCAN pattern of the app's keys, narrowed to a policy and an identity prefix.
+
+    :raises ValueError: as :func:`check_filters`.
+    """
+    check_filters(policy, identity_prefix)
+    # None of the characters check_filters allows is special in a glob pattern.
     policy_part = policy if policy is not None else "*"
     if not identity_prefix:
         return f"{prefix}:*" if policy is None else f"{prefix}:{policy}:*"

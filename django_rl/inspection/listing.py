@@ -12,6 +12,7 @@ from django_rl.exceptions import BackendError, ConfigurationError
 from django_rl.inspection.keyspace import (
     FIRST_PAGE,
     SCAN_BUDGET,
+    check_filters,
     match_pattern,
     operator_identity,
     parse_cursor,
@@ -60,7 +61,9 @@ class Query:
         if self.exact and not self.identity:
             raise ValueError("an exact search needs an identity")
         if not self.exact:
-            match_pattern("x", self.policy, self.identity)
+            check_filters(self.policy, self.identity)
+        elif self.policy is not None:
+            check_filters(self.policy, "")
 
 
 @dataclass(frozen=True)
