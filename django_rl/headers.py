@@ -22,10 +22,14 @@ the state is back to full. Rounded up, so it is never early.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 from django_rl.conf import get_settings
 from django_rl.decision import Decision
@@ -150,20 +154,27 @@ def _wait(decision: Decision) -> float:
 
 
 def _policy_items(decisions: Iterable[Decision]) -> list[str]:
+    items = {d.policy: _policy_item(d.policy, d.limit) for d in decisions}
+    return list(items.values())
+
+
+@functools.lru_cache(maxsize=1024)
+def _policy_item(name: str, limit: int) -> str:
+    """Return the ``RateLimit-Policy`` item of a policy (cached until the settings change)."""
     from django_rl.policies import get_policy
 
-    items: dict[str, str] = {}
-    for decision in decisions:
-        name = decision.policy
-        if name in items:
-            continue
-        item = f"{_sf_string(name)};q={decision.limit}"
-        try:
-            window = quota_window(get_policy(name).algorithm)
-        except UnknownPolicy:  # a Decision made up by hand: say what is known
-            window = None
-        items[name] = item if window is None else f"{item};w={window}"
-    return list(items.values())
+    item = f"{_sf_string(name)};q={limit}"
+    try:
+        window = quota_window(get_policy(name).algorithm)
+    except UnknownPolicy:  # a Decision made up by hand: say what is known
+        return item
+    return item if window is None else f"{item};w={window}"
+
+
+@receiver(setting_changed)
+def _forget_policy_items(*, setting: str, **kwargs: object) -> None:
+    if setting == "DJANGO_RL":
+        _policy_item.cache_clear()
 
 
 def _sf_string(text: str) -> str:

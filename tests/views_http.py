@@ -36,7 +36,7 @@ async def plain_async(request: HttpRequest) -> HttpResponse:
 
 def raises(request: HttpRequest) -> HttpResponse:
     """Decide by hand and raise, the way code that prefers exceptions does."""
-    decision = get_policy("single").hit(client_ip(request))
+    decision = get_policy("export").hit(client_ip(request))
     if not decision.allowed:
         raise RateLimited(decision)
     return HttpResponse("ok")
@@ -74,7 +74,7 @@ class PoliciesOnlyApi(APIView):
 
 class RaisingApi(APIView):
     def get(self, request: object) -> Response:
-        decision = get_policy("single").hit("ip:198.51.100.7")
+        decision = get_policy("export").hit("ip:198.51.100.7")
         if not decision.allowed:
             raise RateLimited(decision)
         return Response({"ok": True})
