@@ -82,7 +82,9 @@ def ratelimit(
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 if applies(request):
                     # Off the event loop, in the request's sync thread (see above).
-                    denied = await sync_to_async(check_request)(request, names, cost)
+                    denied = await sync_to_async(check_request, thread_sensitive=True)(
+                        request, names, cost
+                    )
                     if denied is not None:
                         return denied
                 response = await view(request, *args, **kwargs)

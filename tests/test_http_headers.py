@@ -86,14 +86,20 @@ def check_against_decisions(response, mode, start):
     return closest
 
 
+def checked_responses(settings, url, mode, codes):
+    """Send len(codes) requests in ``mode``; check codes and headers; return them and
+    the decision each one's ``RateLimit`` reports."""
+    set_mode(settings, mode)
+    start = time.time()
+    responses = get_n(url, len(codes))
+    assert [r.status_code for r in responses] == codes
+    return responses, [check_against_decisions(r, mode, start) for r in responses]
+
+
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("url", ["/single/", "/single-async/", "/api/single/"])
 def test_one_policy_every_mode(settings, url, mode):
-    set_mode(settings, mode)
-    start = time.time()
-    responses = get_n(url, 6)
-    assert [r.status_code for r in responses] == [200] * 5 + [429]
-    closest = [check_against_decisions(r, mode, start) for r in responses]
+    responses, closest = checked_responses(settings, url, mode, [200] * 5 + [429])
     assert [d.remaining for d in closest] == [4, 3, 2, 1, 0, 0]
     if mode in ("ietf", "both"):
         assert policies(responses[0].headers) == {"single": {"q": 5, "w": 60}}
@@ -108,11 +114,7 @@ def test_one_policy_every_mode(settings, url, mode):
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("url", ["/several/", "/api/several/", "/api/policies-only/"])
 def test_several_policies_all_listed_closest_decides(settings, url, mode):
-    set_mode(settings, mode)
-    start = time.time()
-    responses = get_n(url, 4)
-    assert [r.status_code for r in responses] == [200, 200, 200, 429]
-    closest = [check_against_decisions(r, mode, start) for r in responses]
+    responses, closest = checked_responses(settings, url, mode, [200, 200, 200, 429])
     # The bucket of 3 runs out first; the 10/m log still has room.
     assert [(d.policy, d.remaining) for d in closest] == [
         ("burst", 2),
