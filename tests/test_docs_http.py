@@ -112,6 +112,8 @@ def test_every_example_in_the_docs_is_real_output(settings):
             assert same(shown[name], text), f"example {name!r}:\n{text}"
 
 
-@pytest.mark.parametrize("function", [views_http.rate_limited, views_http.raises])
+@pytest.mark.parametrize(
+    "function", [views_http.rate_limited, views_http.raises, views_http.recorded]
+)
 def test_the_python_examples_are_the_tested_views(function):
     assert inspect.getsource(function) in DOC.read_text(encoding="utf-8")

@@ -165,12 +165,33 @@ def test_the_middleware_turns_rate_limited_into_the_same_429(settings):
 def test_the_middleware_works_for_async_requests(settings):
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, MIDDLEWARE]
 
-    async def six():
+    async def requests():
         client = AsyncClient()
-        return [await client.get("/raises/") for _ in range(6)]
+        return [await client.get("/raises/") for _ in range(6)], await client.get("/missing/")
 
-    responses = async_to_sync(six)()
+    responses, missing = async_to_sync(requests)()
     assert [r.status_code for r in responses] == [200] * 5 + [429]
+    assert ratelimit(responses[-1].headers) == ("export", {"r": 0, "t": 60})
+    assert missing.status_code == 404
+    assert ratelimit(missing.headers) == ("single", {"r": 4, "t": 60})
+
+
+def test_decisions_recorded_by_hand_get_headers_through_the_middleware(settings):
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, MIDDLEWARE]
+    response = Client().get("/recorded/")
+    assert response.status_code == 200
+    assert ratelimit(response.headers) == ("export", {"r": 4, "t": 60})
+
+
+def test_the_middleware_puts_headers_on_responses_made_of_exceptions(settings):
+    # Without it, Django turns the view's Http404 into a response the
+    # decorator never sees.
+    assert "RateLimit" not in Client().get("/missing/", REMOTE_ADDR="198.51.100.9").headers
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, MIDDLEWARE]
+    response = Client().get("/missing/")
+    assert response.status_code == 404
+    assert policies(response.headers) == {"single": {"q": 5, "w": 60}}
+    assert ratelimit(response.headers) == ("single", {"r": 4, "t": 60})
 
 
 def test_rate_limited_in_a_drf_view_without_the_handler_is_drfs_403():

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from django_rl import get_policy
 from django_rl.decorators import ratelimit
 from django_rl.exceptions import RateLimited
+from django_rl.headers import record
 from django_rl.identities import client_ip
 
 
@@ -29,6 +30,11 @@ async def single_async(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
+@ratelimit("single")
+def missing(request: HttpRequest) -> HttpResponse:
+    raise Http404("no such thing")
+
+
 async def plain_async(request: HttpRequest) -> HttpResponse:
     """Not limited: the baseline the async tests measure the decorator against."""
     return HttpResponse("ok")
@@ -37,6 +43,15 @@ async def plain_async(request: HttpRequest) -> HttpResponse:
 def raises(request: HttpRequest) -> HttpResponse:
     """Decide by hand and raise, the way code that prefers exceptions does."""
     decision = get_policy("export").hit(client_ip(request))
+    if not decision.allowed:
+        raise RateLimited(decision)
+    return HttpResponse("ok")
+
+
+def recorded(request: HttpRequest) -> HttpResponse:
+    """Decide by hand and report it: RateLimitMiddleware writes the headers."""
+    decision = get_policy("export").hit(client_ip(request))
+    record(request, [decision])
     if not decision.allowed:
         raise RateLimited(decision)
     return HttpResponse("ok")
