@@ -14,10 +14,11 @@ dict that ``finalize_response`` copies onto every response) to
   the decision closest to denial.
 * ``"both"``, or ``None`` for no headers at all.
 
-``t`` is the time the client must wait for ``r`` to grow: until the request
-would be allowed when the decision denied it (the same whole seconds as
-``Retry-After``, so ``Retry-After`` is never earlier than ``t``), else until
-the state is back to full. Rounded up, so it is never early.
+``t``, the effective window: for a denying decision, the wait until the
+request would be allowed (the same whole seconds as ``Retry-After``, so
+``Retry-After`` is never earlier than ``t``); for an allowing one, the time
+until the state is back to full. Rounded up: within ``t`` seconds the client
+can never use more than ``r``.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def closest_to_denial(decisions: Iterable[Decision]) -> Decision:
 
 
 def effective_window(decision: Decision) -> int:
-    """Return ``t``: whole seconds (rounded up) the client waits for ``r`` to grow."""
+    """Return ``t`` of ``decision``: its Retry-After when it denied, else seconds to full."""
     if not decision.allowed:
         return decision.retry_after_header
     return math.ceil(decision.reset_after)
