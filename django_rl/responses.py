@@ -27,10 +27,12 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import patch_vary_headers
+from django.utils.module_loading import import_string
 
 from django_rl.conf import get_settings
 from django_rl.exceptions import RateLimited
 from django_rl.headers import record_missing, write_headers
+from django_rl.validation import ratelimited_view_problems
 
 #: The problem type draft-ietf-httpapi-ratelimit-headers-11 (section 5.1) defines.
 PROBLEM_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"
@@ -123,21 +125,12 @@ def _quality(parameters: str) -> float:
 
 @functools.cache
 def _resolve(path: str) -> Callable[[HttpRequest, RateLimited], HttpResponse]:
-    from django_rl.validation import ratelimited_view_problems
-
     problems = ratelimited_view_problems(path)
     if problems:
         raise problems[0].as_exception()
-    from django.utils.module_loading import import_string
-
     view: Callable[[HttpRequest, RateLimited], HttpResponse] = import_string(path)
     return view
 
 
 def _custom_view(path: str | None) -> Callable[[HttpRequest, RateLimited], HttpResponse] | None:
     return None if path is None else _resolve(path)
-
-
-def uses_custom_view() -> bool:
-    """Return whether ``RATELIMITED_VIEW`` names a view (sync code: keep it off the event loop)."""
-    return get_settings().ratelimited_view is not None
