@@ -16,7 +16,12 @@ django_rl.E010  a parameter has a bad value (e.g. capacity)
 django_rl.E011  a policy's key names no identity function
 django_rl.E012  DEFAULT_POLICY names no policy
 django_rl.E013  a view names a policy that does not exist
+django_rl.E030  a policy's fail_open is not True or False
 =============== ==========================================================
+
+Warnings about the connection (``django_rl.W031``..``W033``: no socket
+timeout, retries, a pool shared with another alias) are explained in
+:mod:`django_rl.connection_checks`.
 """
 
 from __future__ import annotations
@@ -25,11 +30,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.checks import CheckMessage, Error, register
+from django.core.checks import CheckMessage, Error, Warning, register
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
 from django_rl.conf import DEFAULTS, raw_settings
+from django_rl.connection_checks import connection_warnings
 from django_rl.validation import Problem, policy_problems, settings_problems
 
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
@@ -39,16 +45,23 @@ DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     raw = raw_settings()
     problems = settings_problems(raw)
+    warnings: list[Problem] = []
     if isinstance(raw, Mapping):
         merged = {**DEFAULTS, **raw}
-        problems += _connection_problems(merged["CONNECTION"])
+        alias = merged["CONNECTION"]
+        connection = _connection_problems(alias)
+        problems += connection
+        if isinstance(alias, str) and not connection:
+            warnings = connection_warnings(alias, getattr(django_settings, "CACHES", {}))
         policies = merged["POLICIES"]
         if isinstance(policies, Mapping):
             num_proxies = merged["NUM_PROXIES"] if type(merged["NUM_PROXIES"]) is int else 0
             for name, spec in policies.items():
                 problems += policy_problems(name, spec, num_proxies=num_proxies)
             problems += _reference_problems(merged["DEFAULT_POLICY"], policies)
-    return [Error(p.msg, hint=p.hint, id=p.id) for p in problems]
+    return [Error(p.msg, hint=p.hint, id=p.id) for p in problems] + [
+        Warning(w.msg, hint=w.hint, id=w.id) for w in warnings
+    ]
 
 
 def _connection_problems(alias: object) -> list[Problem]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -27,6 +29,32 @@ def redis_server() -> Iterator[RedisServer]:
 def _django_uses_redis_server(redis_server: RedisServer) -> Iterator[None]:
     with override_settings(CACHES=caches_for(redis_server.url)):
         yield
+
+
+#: SOCKET_TIMEOUT and SOCKET_CONNECT_TIMEOUT of the connection to a private server.
+FAULT_TIMEOUT = 0.2
+_private_servers = itertools.count()
+
+
+@pytest.fixture
+def private_redis(settings: Any) -> Iterator[RedisServer]:
+    """A redis-server of this test alone, which it may kill, pause and restart.
+
+    Django's CACHES point at it with socket timeouts of :data:`FAULT_TIMEOUT`.
+    The URL names the client uniquely: django-redis keeps one pool per URL
+    for the whole process, and a port can come round again. CACHES is set
+    through the ``settings`` fixture, so that it is restored in order with
+    the test's own changes to settings.
+    """
+    server = RedisServer()
+    server.start()
+    url = f"{server.url}?client_name=django_rl_{next(_private_servers)}"
+    timeouts = {"SOCKET_CONNECT_TIMEOUT": FAULT_TIMEOUT, "SOCKET_TIMEOUT": FAULT_TIMEOUT}
+    settings.CACHES = caches_for(url, **timeouts)
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture

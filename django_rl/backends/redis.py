@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import logging
 import threading
 from collections.abc import Sequence
 from importlib import resources
@@ -11,24 +10,26 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.signals import setting_changed
 from django.dispatch import receiver
-from redis.exceptions import NoScriptError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ReadOnlyError
 
-from django_rl.backends.clock import ServerClock
+from django_rl.backends.clock import ClockUnavailable, ServerClock
+from django_rl.backends.health import Health
 from django_rl.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from redis import Redis
 
-logger = logging.getLogger("django_rl")
-
 
 class LuaScript:
-    """A Lua script run with EVALSHA, loaded into the server on NOSCRIPT.
+    """A Lua script run with EVALSHA, sent in full on NOSCRIPT.
 
     The script is sent in full only the first time a server (or a server
-    whose script cache was flushed) sees it; every later call sends its SHA1.
-    It works with any client or pipeline, so one instance serves every
-    connection of the process.
+    whose script cache was flushed, or a new server after a restart or a
+    failover) sees it; every later call sends its SHA1. On NOSCRIPT the call
+    is repeated as EVAL, which runs the script and caches it in the same
+    round trip (``SCRIPT LOAD`` then EVALSHA would take two). It works with
+    any client, so one instance serves every connection of the process.
     """
 
     def __init__(self, source: str, name: str = "script") -> None:
@@ -47,24 +48,22 @@ class LuaScript:
         try:
             return client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
-            client.script_load(self.source)
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            return client.eval(self.source, len(keys), *keys, *args)
 
 
 class RedisBackend:
     """The Redis behind one ``CACHES`` alias, shared by every policy that uses it.
 
     Holds one redis-py client (thread-safe; it checks connections out of
-    django-redis's process-wide pool) and the server clock estimate. It also
-    tracks outages so that a dead Redis logs one warning, not one per request.
+    django-redis's process-wide pool), the server clock estimate, and the
+    :class:`Health` that logs an outage once, not once per request.
     """
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
         self._client: Redis | None = None
         self.clock = ServerClock(self._read_server_time)
-        self._outage = False
-        self._outage_lock = threading.Lock()
+        self.health = Health(alias)
 
     @property
     def client(self) -> Redis:
@@ -92,31 +91,35 @@ class RedisBackend:
         return int(seconds), int(microseconds)
 
     def now_ms(self) -> int:
-        """Return the Redis server's time in ms, estimated locally (see ServerClock)."""
-        return self.clock.now_ms()
+        """Return the Redis server's time in ms, estimated locally (see ServerClock).
 
-    def record_failure(self, exc: Exception) -> None:
-        """Log the start of an outage once per process."""
-        if self._outage:
-            return
-        with self._outage_lock:
-            if not self._outage:
-                self._outage = True
-                logger.warning(
-                    "Redis for rate limiting (CACHES[%r]) is unavailable (%s: %s); "
-                    "decisions follow FAIL_OPEN until it answers again.",
-                    self.alias,
-                    type(exc).__name__,
-                    exc,
-                )
+        :raises redis.exceptions.RedisError: if the clock was never measured
+            and Redis does not answer.
+        """
+        try:
+            return self.clock.now_ms()
+        except ClockUnavailable as exc:
+            # Callers treat Redis trouble as RedisError, whichever call met it.
+            raise RedisConnectionError(str(exc)) from exc
 
-    def record_success(self) -> None:
-        """Log the end of an outage, if one was logged."""
-        if self._outage:
-            with self._outage_lock:
-                if self._outage:
-                    self._outage = False
-                    logger.info("Redis for rate limiting (CACHES[%r]) is back.", self.alias)
+    def record_failure(self, exc: Exception, epoch: int | None = None) -> None:
+        """Note that a call started in ``epoch`` failed; log the start of an outage once.
+
+        A READONLY answer means the connection reached a replica: after a
+        failover that repoints an address (DNS, a Kubernetes Service, a
+        proxy) at the new primary, connections opened before it still reach
+        the demoted one, and a pool would reuse them forever. The idle
+        connections, among them the one that just answered, are closed so
+        the next call connects afresh; one still in use by another thread is
+        closed by its own READONLY answer.
+        """
+        if isinstance(exc, ReadOnlyError):
+            self.client.connection_pool.disconnect(inuse_connections=False)
+        self.health.failed(exc, epoch)
+
+    def record_success(self, epoch: int | None = None) -> None:
+        """Note that a call started in ``epoch`` succeeded; log the end of an outage once."""
+        self.health.succeeded(epoch)
 
 
 _backends: dict[str, RedisBackend] = {}
