@@ -11,7 +11,12 @@ import pytest
 import redis
 from django.test import override_settings
 
+from tests import figures
 from tests.redis_server import RedisServer, caches_for
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: Any) -> None:
+    figures.report(terminalreporter, config)
 
 
 @pytest.fixture(scope="session")

@@ -122,13 +122,8 @@ class RedisServer:
         self.stop()
         self.start(port=self.port, extra_args=extra_args)
 
-    def restart_loading(self, keys: int = 3000, load_delay_us: int = 300) -> None:
-        """Restart the server with a dataset it loads slowly; return while it answers LOADING.
-
-        ``keys`` filler keys are saved to ``dump.rdb`` and loaded back at
-        ``load_delay_us`` microseconds each (Redis' own ``key-load-delay``
-        test setting): about ``keys * load_delay_us`` µs of LOADING answers.
-        """
+    def save_filler(self, keys: int = 3000) -> None:
+        """Write ``keys`` filler keys and save them to ``dump.rdb`` for :meth:`restart_loading`."""
         client = self.client()
         try:
             pipe = client.pipeline(transaction=False)
@@ -138,11 +133,19 @@ class RedisServer:
             client.save()
         finally:
             client.close()
+
+    def restart_loading(self, load_delay_us: int = 300) -> None:
+        """Restart the server on its port and return as soon as it answers LOADING.
+
+        It loads the ``dump.rdb`` of :meth:`save_filler` at ``load_delay_us``
+        microseconds a key (Redis' own ``key-load-delay`` test setting), so
+        it answers LOADING for about keys x delay. The dump is deleted once
+        loading has begun, so later restarts start empty.
+        """
         self.stop()
         args = ["--key-load-delay", str(load_delay_us)]
         args += ["--loading-process-events-interval-bytes", "1024"]
         self._spawn(self.port, args)
-        dump = os.path.join(self.directory, "dump.rdb")
         probe = self.client(socket_timeout=1)
         try:
             deadline = time.monotonic() + 10
@@ -150,7 +153,7 @@ class RedisServer:
                 try:
                     probe.ping()
                 except redis.BusyLoadingError:
-                    os.unlink(dump)  # loading has begun; later restarts start empty
+                    os.unlink(os.path.join(self.directory, "dump.rdb"))
                     return
                 except redis.ConnectionError:
                     time.sleep(0.005)
@@ -159,6 +162,24 @@ class RedisServer:
         finally:
             probe.close()
         raise RuntimeError(f"redis-server did not start loading; see {self.directory}/redis.log")
+
+    def wait_until_answering(self, timeout: float = 10) -> None:
+        """Wait until the server answers PING (not refused, not LOADING)."""
+        if not self._wait_ready(timeout):
+            raise RuntimeError(f"redis-server does not answer; see {self.directory}/redis.log")
+
+    def wait_until_synced(self, timeout: float = 10) -> None:
+        """Wait until this replica's link to its primary is up."""
+        client = self.client()
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if client.info("replication").get("master_link_status") == "up":
+                    return
+                time.sleep(0.02)
+        finally:
+            client.close()
+        raise RuntimeError("the replica did not sync with its primary")
 
     def pause(self) -> None:
         """SIGSTOP the server: it keeps its connections but answers nothing, as a hung host."""

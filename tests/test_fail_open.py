@@ -149,28 +149,14 @@ def test_a_loading_redis_is_an_outage_until_loaded(settings, private_redis, fail
     settings.DJANGO_RL = {"FAIL_OPEN": fail_open, "POLICIES": POLICIES}
     policy = get_policy("sliding_log")
     assert policy.hit("ip:1").remaining == 4
+    private_redis.save_filler()
     private_redis.restart_loading()
     decision, elapsed = timed_hit(policy, "ip:1")
     assert (decision.allowed, decision.degraded) == (fail_open, True)
     assert elapsed < MARGIN  # LOADING is an answer: no timeout to wait for
-    wait_until_answering(private_redis)
+    private_redis.wait_until_answering()
     # The count was saved with the dataset and goes on; the script is loaded again.
     assert [policy.hit("ip:1").remaining for _ in range(2)] == [3, 2]
-
-
-def wait_until_answering(server: RedisServer, timeout: float = 10) -> None:
-    client = server.client(socket_timeout=1)
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.01)
-        raise AssertionError("redis-server did not finish loading")
-    finally:
-        client.close()
 
 
 def rate_limiter_connections(client: redis.Redis) -> list[int]:
