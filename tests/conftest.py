@@ -53,13 +53,17 @@ def private_redis(settings: Any) -> Iterator[RedisServer]:
     """
     server = RedisServer()
     server.start()
-    url = f"{server.url}?client_name=django_rl_{next(_private_servers)}"
-    timeouts = {"SOCKET_CONNECT_TIMEOUT": FAULT_TIMEOUT, "SOCKET_TIMEOUT": FAULT_TIMEOUT}
-    settings.CACHES = caches_for(url, **timeouts)
+    point_caches_at(settings, server, FAULT_TIMEOUT)
     try:
         yield server
     finally:
         server.close()
+
+
+def point_caches_at(settings: Any, server: RedisServer, timeout: float) -> None:
+    """Set CACHES to ``server`` with socket timeouts of ``timeout``, through a new pool."""
+    url = f"{server.url}?client_name=django_rl_{next(_private_servers)}"
+    settings.CACHES = caches_for(url, SOCKET_CONNECT_TIMEOUT=timeout, SOCKET_TIMEOUT=timeout)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from django.test import Client, override_settings
 
 from django_rl import get_policy
 from django_rl.algorithms import sliding_log, token_bucket
-from tests.conftest import FAULT_TIMEOUT
+from tests.conftest import FAULT_TIMEOUT, point_caches_at
 from tests.redis_server import RedisServer, caches_for, free_port
 
 
@@ -74,8 +74,12 @@ POLICIES = {
     "sliding_log": {"algorithm": "sliding_log", "rate": "5/m", "key": "ip"},
     "token_bucket": {"algorithm": "token_bucket", "capacity": 5, "rate": "5/m", "key": "ip"},
 }
+#: The socket timeout of the tests that time decisions against a hung Redis:
+#: long enough that a margin for a busy machine still tells one timeout from
+#: two (a retry).
+HUNG_TIMEOUT = 0.5
 #: What a decision may take beyond the socket timeout on a busy 2-core machine.
-MARGIN = 0.2
+MARGIN = 0.45
 
 
 @pytest.mark.parametrize(("default", "override"), [(True, False), (False, True)])
@@ -102,18 +106,20 @@ def timed_hit(policy, identity):
 
 @pytest.mark.parametrize("name", list(POLICIES))
 def test_a_hung_redis_costs_each_decision_one_socket_timeout(settings, private_redis, name):
+    point_caches_at(settings, private_redis, HUNG_TIMEOUT)
     settings.DJANGO_RL = {"POLICIES": POLICIES}
     policy = get_policy(name)
     assert not policy.hit("ip:1").degraded  # connected, clock measured, script loaded
     private_redis.pause()
     try:
-        timed = [timed_hit(policy, "ip:1") for _ in range(3)]
+        # On the pooled connection, then on a new one (its handshake hangs).
+        timed = [timed_hit(policy, "ip:1") for _ in range(2)]
     finally:
         private_redis.resume()
-    assert [(d.allowed, d.degraded) for d, _ in timed] == [(True, True)] * 3
+    assert [(d.allowed, d.degraded) for d, _ in timed] == [(True, True)] * 2
     # Each one waited for the timeout (the pause took), and only once.
     for _, elapsed in timed:
-        assert FAULT_TIMEOUT * 0.9 <= elapsed <= FAULT_TIMEOUT + MARGIN
+        assert HUNG_TIMEOUT * 0.9 <= elapsed <= HUNG_TIMEOUT + MARGIN
     assert not policy.hit("ip:2").degraded
 
 
@@ -121,6 +127,7 @@ def test_threads_of_a_fresh_process_do_not_queue_behind_a_hung_redis(settings, p
     # A fixed window needs the server clock first. With no offset measured
     # yet, every thread waits for one measurement; when it times out they
     # must all give up, not measure again one after another (8 timeouts).
+    point_caches_at(settings, private_redis, HUNG_TIMEOUT)
     settings.DJANGO_RL = {"POLICIES": POLICIES}
     policy = get_policy("fixed_window")
     private_redis.pause()
@@ -140,12 +147,13 @@ def test_threads_of_a_fresh_process_do_not_queue_behind_a_hung_redis(settings, p
     finally:
         private_redis.resume()
     assert [(d.allowed, d.degraded) for d, _ in timed] == [(True, True)] * 8
-    assert max(elapsed for _, elapsed in timed) <= FAULT_TIMEOUT + MARGIN
+    assert max(elapsed for _, elapsed in timed) <= HUNG_TIMEOUT + MARGIN
     assert not policy.hit("ip:1").degraded
 
 
 @pytest.mark.parametrize("fail_open", [True, False])
 def test_a_loading_redis_is_an_outage_until_loaded(settings, private_redis, fail_open):
+    point_caches_at(settings, private_redis, HUNG_TIMEOUT)
     settings.DJANGO_RL = {"FAIL_OPEN": fail_open, "POLICIES": POLICIES}
     policy = get_policy("sliding_log")
     assert policy.hit("ip:1").remaining == 4
@@ -153,7 +161,7 @@ def test_a_loading_redis_is_an_outage_until_loaded(settings, private_redis, fail
     private_redis.restart_loading()
     decision, elapsed = timed_hit(policy, "ip:1")
     assert (decision.allowed, decision.degraded) == (fail_open, True)
-    assert elapsed < MARGIN  # LOADING is an answer: no timeout to wait for
+    assert elapsed < HUNG_TIMEOUT * 0.9  # LOADING is an answer: no timeout to wait for
     private_redis.wait_until_answering()
     # The count was saved with the dataset and goes on; the script is loaded again.
     assert [policy.hit("ip:1").remaining for _ in range(2)] == [3, 2]
