@@ -13,7 +13,7 @@ from django.test import Client, override_settings
 
 from django_rl import get_policy
 from django_rl.algorithms import sliding_log, token_bucket
-from tests.conftest import FAULT_TIMEOUT, point_caches_at
+from tests.conftest import point_caches_at
 from tests.redis_server import RedisServer, caches_for, free_port
 
 
