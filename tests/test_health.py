@@ -23,10 +23,8 @@ def levels(log) -> list[str]:
 
 def test_an_outage_logs_once_and_its_end_once(log):
     health = Health("default")
-    for _ in range(3):
-        health.failed(REFUSED, health.epoch)
-    for _ in range(3):
-        health.succeeded(health.epoch)
+    assert [health.failed(REFUSED, health.epoch) for _ in range(3)] == [True, False, False]
+    assert [health.succeeded(health.epoch) for _ in range(3)] == [True, False, False]
     assert levels(log) == ["WARNING", "INFO"]
     assert log.records[1].getMessage() == "Redis for rate limiting (CACHES['default']) is back."
 

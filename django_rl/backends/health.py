@@ -33,13 +33,16 @@ class Health:
         """Return a number that changes each time Redis goes down or comes back."""
         return self._epoch
 
-    def failed(self, exc: Exception, epoch: int | None = None) -> None:
-        """Record a call, started in ``epoch`` (default: now), that Redis did not answer."""
+    def failed(self, exc: Exception, epoch: int | None = None) -> bool:
+        """Record a call, started in ``epoch`` (default: now), that Redis did not answer.
+
+        :return: whether this call started an outage.
+        """
         if self.down:
-            return
+            return False
         with self._lock:
             if self.down or (epoch is not None and epoch != self._epoch):
-                return
+                return False
             self.down = True
             self._epoch += 1
         logger.warning(
@@ -49,14 +52,19 @@ class Health:
             type(exc).__name__,
             exc,
         )
+        return True
 
-    def succeeded(self, epoch: int | None = None) -> None:
-        """Record a call, started in ``epoch`` (default: now), that Redis answered."""
+    def succeeded(self, epoch: int | None = None) -> bool:
+        """Record a call, started in ``epoch`` (default: now), that Redis answered.
+
+        :return: whether this call ended an outage.
+        """
         if not self.down:
-            return  # the hot path: one attribute read, no lock
+            return False  # the hot path: one attribute read, no lock
         with self._lock:
             if not self.down or (epoch is not None and epoch != self._epoch):
-                return
+                return False
             self.down = False
             self._epoch += 1
         logger.info("Redis for rate limiting (CACHES[%r]) is back.", self.alias)
+        return True

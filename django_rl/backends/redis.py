@@ -12,6 +12,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ReadOnlyError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_rl.backends.clock import ClockUnavailable, ServerClock
 from django_rl.backends.health import Health
@@ -105,21 +106,38 @@ class RedisBackend:
     def record_failure(self, exc: Exception, epoch: int | None = None) -> None:
         """Note that a call started in ``epoch`` failed; log the start of an outage once.
 
-        A READONLY answer means the connection reached a replica: after a
-        failover that repoints an address (DNS, a Kubernetes Service, a
-        proxy) at the new primary, connections opened before it still reach
-        the demoted one, and a pool would reuse them forever. The idle
-        connections, among them the one that just answered, are closed so
-        the next call connects afresh; one still in use by another thread is
-        closed by its own READONLY answer.
+        After an error that says the server is gone, hung, restarting or no
+        longer the primary, the pool's idle connections are closed too, so
+        the next calls connect afresh instead of each finding out on a stale
+        one. That matters most after a failover that repoints an address
+        (DNS, a Kubernetes Service, a proxy) at the new primary: connections
+        opened before it still reach the demoted one, which answers READONLY,
+        and a pool would reuse them forever. A connection in use by another
+        thread is closed by its own failure. Errors of a healthy server (an
+        OOM or WRONGTYPE reply) leave the pool alone.
         """
-        if isinstance(exc, ReadOnlyError):
-            self.client.connection_pool.disconnect(inuse_connections=False)
+        if isinstance(exc, _STALE_POOL_ERRORS):
+            self._drop_idle_connections()
         self.health.failed(exc, epoch)
 
     def record_success(self, epoch: int | None = None) -> None:
-        """Note that a call started in ``epoch`` succeeded; log the end of an outage once."""
-        self.health.succeeded(epoch)
+        """Note that a call started in ``epoch`` succeeded; log the end of an outage once.
+
+        When an outage ends, idle connections left from before it are closed
+        as well: in a failover some may still reach the old primary.
+        """
+        if self.health.succeeded(epoch):
+            self._drop_idle_connections()
+
+    def _drop_idle_connections(self) -> None:
+        # Idle ones only: closing one in use would break another thread's
+        # call, perhaps one of the application's own cache calls.
+        self.client.connection_pool.disconnect(inuse_connections=False)
+
+
+#: Errors after which the pool's idle connections are as suspect as the one
+#: that failed (BusyLoadingError, LOADING, is a ConnectionError).
+_STALE_POOL_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError)
 
 
 _backends: dict[str, RedisBackend] = {}
