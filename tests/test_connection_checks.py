@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from django.core.checks import Error, Warning
 from redis.backoff import ExponentialBackoff
@@ -136,3 +138,19 @@ def test_fail_open_of_a_policy_must_be_a_bool(settings):
             id="django_rl.E030",
         )
     ]
+
+
+def test_the_dedicated_alias_of_docs_reliability_is_clean(settings):
+    text = (Path(__file__).parent.parent / "docs" / "reliability.md").read_text()
+    block = text.split("<!-- tests/test_connection_checks.py runs this block", 1)[1]
+    code = block.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, object] = {}
+    exec(code, namespace)
+    settings.ROOT_URLCONF = "tests.urls_without_limits"
+    settings.CACHES = namespace["CACHES"]
+    settings.DJANGO_RL = namespace["DJANGO_RL"]
+    assert check_settings() == []
+    # The same LOCATION as "default" would share its pool, and its options.
+    settings.CACHES["ratelimit"]["LOCATION"] = settings.CACHES["default"]["LOCATION"]
+    settings.CACHES = {**settings.CACHES}  # send setting_changed
+    assert [w.id for w in check_settings()] == ["django_rl.W033"]
