@@ -62,7 +62,11 @@ def connection_warnings(alias: str, caches: Mapping[str, Any]) -> list[Problem]:
             )
         )
     for other, other_config in caches.items():
+        # The pools django-redis shares are its own: only another alias of
+        # the same backend can share one.
         if other == alias or not isinstance(other_config, Mapping):
+            continue
+        if other_config.get("BACKEND") != config.get("BACKEND"):
             continue
         if _first_url(other_config.get("LOCATION")) != _first_url(config.get("LOCATION")):
             continue

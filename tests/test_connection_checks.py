@@ -115,6 +115,11 @@ def test_the_recommended_dedicated_alias_is_clean(settings):
     assert found(settings, caches, connection="ratelimit") == []
 
 
+def test_another_backend_at_the_same_location_shares_no_pool(settings):
+    django_own = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": URL}
+    assert found(settings, {"default": cache(**TIMEOUTS), "django": django_own}) == []
+
+
 def test_the_same_location_and_options_share_a_pool_harmlessly(settings):
     caches = {"default": cache(**TIMEOUTS), "sessions": cache(**TIMEOUTS)}
     assert found(settings, caches) == []

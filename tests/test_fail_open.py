@@ -49,7 +49,7 @@ def test_one_warning_per_outage_and_one_line_when_back(settings, dead_port, capl
         assert re.fullmatch(
             r"Redis for rate limiting \(CACHES\['default'\]\) is unavailable "
             r"\(ConnectionError: .*refused.*\); "
-            r"decisions follow FAIL_OPEN until it answers again\.",
+            r"decisions follow fail_open \(default FAIL_OPEN\) until it answers again\.",
             record.getMessage(),
         )
         server = RedisServer()

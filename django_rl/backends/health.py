@@ -47,7 +47,7 @@ class Health:
             self._epoch += 1
         logger.warning(
             "Redis for rate limiting (CACHES[%r]) is unavailable (%s: %s); "
-            "decisions follow FAIL_OPEN until it answers again.",
+            "decisions follow fail_open (default FAIL_OPEN) until it answers again.",
             self.alias,
             type(exc).__name__,
             exc,
