@@ -71,12 +71,13 @@ class Policy:
             (a hit heavier than the limit could never be allowed).
         """
         self._check_cost(cost)
+        epoch = self.backend.health.epoch  # see Health: calls that straddle a change
         try:
             outcome = self.algorithm.hit(self.backend, self.key(identity), cost)
         except RedisError as exc:
-            self.backend.record_failure(exc)
+            self.backend.record_failure(exc, epoch)
             return self._degraded()
-        self.backend.record_success()
+        self.backend.record_success(epoch)
         return self._decision(outcome)
 
     def peek(self, identity: str) -> Decision:
@@ -84,10 +85,13 @@ class Policy:
 
         :raises BackendError: if Redis cannot answer.
         """
+        epoch = self.backend.health.epoch
         try:
             outcome = self.algorithm.peek(self.backend, self.key(identity))
         except RedisError as exc:
+            self.backend.record_failure(exc, epoch)
             raise BackendError(f"could not read policy {self.name!r}: {exc}") from exc
+        self.backend.record_success(epoch)
         return self._decision(outcome)
 
     def reset(self, identity: str) -> int:
@@ -95,11 +99,15 @@ class Policy:
 
         :raises BackendError: if Redis cannot answer.
         """
+        epoch = self.backend.health.epoch
         try:
             keys = self.algorithm.keys(self.backend, self.key(identity))
-            return int(self.backend.client.delete(*keys))
+            deleted = int(self.backend.client.delete(*keys))
         except RedisError as exc:
+            self.backend.record_failure(exc, epoch)
             raise BackendError(f"could not reset policy {self.name!r}: {exc}") from exc
+        self.backend.record_success(epoch)
+        return deleted
 
     def hit_request(self, request: Any, cost: int = 1) -> Decision | None:
         """Identify ``request`` and hit; ``None`` when the policy does not apply to it."""
@@ -167,7 +175,7 @@ def get_policy(name: str) -> Policy:
         resolve_identity(spec.get("key", "user_or_ip"), num_proxies=settings.num_proxies),
         get_backend(settings.connection),
         key_prefix=settings.key_prefix,
-        fail_open=settings.fail_open,
+        fail_open=spec.get("fail_open", settings.fail_open),
     )
 
 

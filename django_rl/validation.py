@@ -22,7 +22,7 @@ from django_rl.keys import SAFE_NAME
 from django_rl.rates import RateError
 
 #: Policy keys every algorithm accepts.
-COMMON_KEYS = frozenset({"algorithm", "key"})
+COMMON_KEYS = frozenset({"algorithm", "key", "fail_open"})
 _NAME_RULE = "1 to 64 letters, digits, '.', '_' or '-'"
 
 
@@ -162,6 +162,15 @@ def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list
                 f"{where}: {exc}",
                 "Use 'ip', 'user', 'user_or_ip', 'header:<Name>' or the dotted path "
                 "of a callable(request) -> str | None.",
+            )
+        )
+    if "fail_open" in spec and not isinstance(spec["fail_open"], bool):
+        problems.append(
+            Problem(
+                "django_rl.E030",
+                f"{where}['fail_open'] is {spec['fail_open']!r}",
+                "It must be True (allow when Redis cannot answer) or False (deny with 429); "
+                "leave it out to follow DJANGO_RL['FAIL_OPEN'].",
             )
         )
     name_of_algorithm = spec.get("algorithm")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import logging
 import threading
 from collections.abc import Callable, Sequence
 from importlib import resources
@@ -11,27 +10,30 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from django.core.signals import setting_changed
 from django.dispatch import receiver
-from redis.exceptions import NoScriptError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ReadOnlyError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from django_rl.backends.clock import ServerClock
+from django_rl.backends.clock import ClockUnavailable, ServerClock
+from django_rl.backends.health import Health
 from django_rl.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from redis import Redis
     from redis.client import Pipeline
 
-logger = logging.getLogger("django_rl")
-
 T = TypeVar("T")
 
 
 class LuaScript:
-    """A Lua script run with EVALSHA, loaded into the server on NOSCRIPT.
+    """A Lua script run with EVALSHA, sent in full on NOSCRIPT.
 
     The script is sent in full only the first time a server (or a server
-    whose script cache was flushed) sees it; every later call sends its SHA1.
-    It works with any client or pipeline, so one instance serves every
-    connection of the process.
+    whose script cache was flushed, or a new server after a restart or a
+    failover) sees it; every later call sends its SHA1. On NOSCRIPT the call
+    is repeated as EVAL, which runs the script and caches it in the same
+    round trip (``SCRIPT LOAD`` then EVALSHA would take two). It works with
+    any client, so one instance serves every connection of the process.
     """
 
     #: Every script made, so that a pipeline that met NOSCRIPT can load them.
@@ -54,8 +56,7 @@ class LuaScript:
         try:
             return client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
-            client.script_load(self.source)
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            return client.eval(self.source, len(keys), *keys, *args)
 
     def queue(self, pipe: Pipeline, keys: Sequence[str], args: Sequence[Any]) -> None:
         """Queue the script on a pipeline; :func:`run_reads` handles NOSCRIPT."""
@@ -91,16 +92,15 @@ class RedisBackend:
     """The Redis behind one ``CACHES`` alias, shared by every policy that uses it.
 
     Holds one redis-py client (thread-safe; it checks connections out of
-    django-redis's process-wide pool) and the server clock estimate. It also
-    tracks outages so that a dead Redis logs one warning, not one per request.
+    django-redis's process-wide pool), the server clock estimate, and the
+    :class:`Health` that logs an outage once, not once per request.
     """
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
         self._client: Redis | None = None
         self.clock = ServerClock(self._read_server_time)
-        self._outage = False
-        self._outage_lock = threading.Lock()
+        self.health = Health(alias)
 
     @property
     def client(self) -> Redis:
@@ -128,31 +128,52 @@ class RedisBackend:
         return int(seconds), int(microseconds)
 
     def now_ms(self) -> int:
-        """Return the Redis server's time in ms, estimated locally (see ServerClock)."""
-        return self.clock.now_ms()
+        """Return the Redis server's time in ms, estimated locally (see ServerClock).
 
-    def record_failure(self, exc: Exception) -> None:
-        """Log the start of an outage once per process."""
-        if self._outage:
-            return
-        with self._outage_lock:
-            if not self._outage:
-                self._outage = True
-                logger.warning(
-                    "Redis for rate limiting (CACHES[%r]) is unavailable (%s: %s); "
-                    "decisions follow FAIL_OPEN until it answers again.",
-                    self.alias,
-                    type(exc).__name__,
-                    exc,
-                )
+        :raises redis.exceptions.RedisError: if the clock was never measured
+            and Redis does not answer.
+        """
+        try:
+            return self.clock.now_ms()
+        except ClockUnavailable as exc:
+            # Callers treat Redis trouble as RedisError, whichever call met it.
+            raise RedisConnectionError(str(exc)) from exc
 
-    def record_success(self) -> None:
-        """Log the end of an outage, if one was logged."""
-        if self._outage:
-            with self._outage_lock:
-                if self._outage:
-                    self._outage = False
-                    logger.info("Redis for rate limiting (CACHES[%r]) is back.", self.alias)
+    def record_failure(self, exc: Exception, epoch: int | None = None) -> None:
+        """Note that a call started in ``epoch`` failed; log the start of an outage once.
+
+        After an error that says the server is gone, hung, restarting or no
+        longer the primary, the pool's idle connections are closed too, so
+        the next calls connect afresh instead of each finding out on a stale
+        one. That matters most after a failover that repoints an address
+        (DNS, a Kubernetes Service, a proxy) at the new primary: connections
+        opened before it still reach the demoted one, which answers READONLY,
+        and a pool would reuse them forever. A connection in use by another
+        thread is closed by its own failure. Errors of a healthy server (an
+        OOM or WRONGTYPE reply) leave the pool alone.
+        """
+        if isinstance(exc, _STALE_POOL_ERRORS):
+            self._drop_idle_connections()
+        self.health.failed(exc, epoch)
+
+    def record_success(self, epoch: int | None = None) -> None:
+        """Note that a call started in ``epoch`` succeeded; log the end of an outage once.
+
+        When an outage ends, idle connections left from before it are closed
+        as well: in a failover some may still reach the old primary.
+        """
+        if self.health.succeeded(epoch):
+            self._drop_idle_connections()
+
+    def _drop_idle_connections(self) -> None:
+        # Idle ones only: closing one in use would break another thread's
+        # call, perhaps one of the application's own cache calls.
+        self.client.connection_pool.disconnect(inuse_connections=False)
+
+
+#: Errors after which the pool's idle connections are as suspect as the one
+#: that failed (BusyLoadingError, LOADING, is a ConnectionError).
+_STALE_POOL_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError)
 
 
 _backends: dict[str, RedisBackend] = {}
