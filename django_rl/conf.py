@@ -25,6 +25,8 @@ DEFAULTS: Mapping[str, Any] = {
     "NUM_PROXIES": 0,
     "DEFAULT_POLICY": None,
     "POLICIES": {},
+    "DENY_CACHE_SIZE": 10_000,
+    "DENY_CACHE_MAX_AGE": 60,
 }
 
 
@@ -38,6 +40,8 @@ class Settings:
     num_proxies: int
     default_policy: str | None
     policies: Mapping[str, Any]
+    deny_cache_size: int = DEFAULTS["DENY_CACHE_SIZE"]
+    deny_cache_max_age: float = DEFAULTS["DENY_CACHE_MAX_AGE"]
 
 
 def raw_settings() -> object:
@@ -68,6 +72,8 @@ def get_settings() -> Settings:
         num_proxies=merged["NUM_PROXIES"],
         default_policy=merged["DEFAULT_POLICY"],
         policies=merged["POLICIES"],
+        deny_cache_size=merged["DENY_CACHE_SIZE"],
+        deny_cache_max_age=merged["DENY_CACHE_MAX_AGE"],
     )
 
 
