@@ -1,0 +1,88 @@
+"""Tables (Markdown, to paste into docs/performance.md) and the targets' verdicts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+ALGORITHMS = ("fixed_window", "sliding_log", "token_bucket")
+FRONT_DOORS = ("Policy.hit", "@ratelimit", "PolicyThrottle")
+SLOW_PEERS = (
+    "DRF AnonRateThrottle (django-redis)",
+    "django-ratelimit is_ratelimited (django-redis)",
+)
+MEMORY_TARGETS = {"fixed_window": 104, "token_bucket": 120, "sliding_log": 2232}
+
+
+def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    print(f"\n{title}\n")
+    print(line(header))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows:
+        print(line(row))
+
+
+def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return every target of docs/performance.md with its figure and whether it is met."""
+    speed = results["speed"]
+    targets = []
+
+    def target(name: str, figure: str, met: bool) -> None:
+        targets.append({"target": name, "figure": figure, "met": met})
+
+    for algorithm in ALGORITHMS:
+        row = speed[f"{algorithm}: Policy.hit"]
+        target(
+            f"{algorithm}: Policy.hit <= 1.08x its raw call",
+            f"{row['floor_ratio']:.3f}x",
+            row["floor_ratio"] <= 1.08,
+        )
+    for algorithm in ALGORITHMS:
+        slowest = max(speed[f"{algorithm}: {door}"]["median_us"] for door in FRONT_DOORS)
+        for peer in SLOW_PEERS:
+            times = speed[peer]["median_us"] / slowest
+            target(
+                f"{algorithm} (slowest front door) >= 2x faster than {peer.split(' (')[0]}",
+                f"{times:.2f}x",
+                times >= 2,
+            )
+    ours = speed["sliding_log: Policy.hit"]["median_us"]
+    theirs = speed["limits moving window"]["median_us"]
+    target(
+        "sliding_log at least as fast as limits' moving window",
+        f"{ours:.1f} µs vs {theirs:.1f} µs",
+        ours <= theirs,
+    )
+    for algorithm, most in MEMORY_TARGETS.items():
+        used = results["memory"][f"{algorithm}: Policy.hit"]["bytes"]
+        target(f"{algorithm}: memory per identity <= {most} B", f"{used} B", used <= most)
+    exact = all(
+        counts == {"threads": 100, "processes": 100}
+        for name, counts in results["over_admission"].items()
+        if name.split(":")[0] in ALGORITHMS
+    )
+    target("zero over-admission, every django_rl row", "exactly 100" if exact else "over", exact)
+    flood = results["flood"]["rows"]
+    for algorithm in ALGORITHMS:
+        row = flood[f"{algorithm}: denied, deny cache"]
+        target(
+            f"{algorithm} flood: Redis commands per denied decision <= 0.01",
+            f"{row['commands']:.5f}",
+            row["commands"] <= 0.01,
+        )
+        target(
+            f"{algorithm} flood: a local denial <= 5% of a PING",
+            f"{row['ping_ratio'] * 100:.1f}%",
+            row["ping_ratio"] <= 0.05,
+        )
+    print_table(
+        "Targets",
+        ["target", "figure", "met"],
+        [[t["target"], t["figure"], "yes" if t["met"] else "NO"] for t in targets],
+    )
+    return targets
