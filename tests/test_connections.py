@@ -2,39 +2,59 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+
+from django.test import override_settings
 
 from django_rl import get_policy
 from django_rl.backends import redis as redis_backend
+from tests.redis_server import caches_for
 
 
-def test_each_thread_keeps_its_own_connection(redis_client):
-    policy = get_policy("login")
-    policy.hit("ip:192.0.2.1")
-    backend = policy.backend
-    mine = backend.client
-    assert backend.client is mine
-    before = len(redis_client.client_list())
-    barrier = threading.Barrier(4)
-    theirs = []
+def connections_on(client, db: int) -> int:
+    return sum(1 for c in client.client_list() if c["db"] == str(db))
+
+
+def hit_in_threads(policy, count: int) -> tuple[set[int], int]:
+    """Hit from ``count`` threads at once.
+
+    Return the ids of their clients and the connections counted while every
+    thread held its own (no reference to a client is kept).
+    """
+    barrier = threading.Barrier(count + 1)
+    clients: set[int] = set()
 
     def worker() -> None:
         policy.hit("ip:192.0.2.2")
-        theirs.append(backend.client)
-        barrier.wait(10)  # all three hold their connection now
+        clients.add(id(policy.backend.client))
+        barrier.wait(10)  # every thread holds its connection now
         barrier.wait(10)
 
-    threads = [threading.Thread(target=worker) for _ in range(3)]
+    threads = [threading.Thread(target=worker) for _ in range(count)]
     for thread in threads:
         thread.start()
     barrier.wait(10)
-    during = len(redis_client.client_list())
+    during = connections_on(policy.backend.client, 3)
     barrier.wait(10)
     for thread in threads:
         thread.join()
-    assert during == before + 3
-    assert len({id(client) for client in [mine, *theirs]}) == 4
-    assert all(client.connection is not mine.connection for client in theirs)
+    return clients, during
+
+
+def test_each_thread_keeps_one_connection_given_back_when_it_ends(redis_server, redis_client):
+    # Database 3: its own URL, so a pool of its own whose connections we can count.
+    with override_settings(CACHES=caches_for(redis_server.url.removesuffix("/0") + "/3")):
+        policy = get_policy("login")
+        policy.hit("ip:192.0.2.1")
+        mine = policy.backend.client
+        assert policy.backend.client is mine
+        assert connections_on(redis_client, 3) == 1
+        theirs, during = hit_in_threads(policy, 3)
+        assert (during, len(theirs | {id(mine)})) == (4, 4)
+        gc.collect()
+        # Three new threads reuse the three connections given back: none is opened.
+        assert hit_in_threads(policy, 3)[1] == 4
 
 
 def test_a_forked_child_makes_its_own_connections():
