@@ -8,7 +8,7 @@ window) against its twin without a throttle, and of a view decorated with
 allowed (the limits are out of reach): this is what the limiter costs a
 request that gets through.
 
-Setup: its own redis-server; gunicorn with 2 sync workers (one per core);
+Setup: its own redis-server; gunicorn with 2 x cores + 1 sync workers;
 wrk with 1 thread and 8 connections, runs of ``--seconds`` each, limited and
 open runs alternating (ABBA), ratio = median over the repeats of limited /
 open. CPU time of wrk, of the gunicorn workers and of redis-server is read
@@ -185,6 +185,7 @@ def run(
     results: dict[str, Any] = {
         "setup": {
             "gunicorn": f"{WORKERS} sync workers",
+            "cpus": os.cpu_count(),
             "wrk": f"1 thread, {CONNECTIONS} connections, {seconds} s runs",
             "repeats": repeats,
             "load_average": os.getloadavg(),
@@ -221,6 +222,7 @@ def print_results(results: dict[str, Any], seconds: int) -> None:
             cpu = {
                 k: statistics.median(r[k] for r in runs) / seconds for k in runs[0] if "cpu" in k
             }
+            per_request = statistics.median(r["workers_cpu"] / (r["rps"] * seconds) for r in runs)
             rows.append(
                 [
                     name if kind == "limited" else "",
@@ -229,11 +231,12 @@ def print_results(results: dict[str, Any], seconds: int) -> None:
                     f"{pair['ratio']:.3f}" if kind == "limited" else "",
                     f"{cpu['wrk_cpu']:.0%}",
                     f"{cpu['workers_cpu']:.0%}",
+                    f"{per_request * 1e6:.0f}",
                     f"{cpu['redis_cpu']:.0%}",
                 ]
             )
     print_table(
-        "End to end: requests per second, gunicorn (2 sync workers) + wrk on loopback",
+        f"End to end: requests per second, gunicorn ({WORKERS} sync workers) + wrk on loopback",
         [
             "endpoint",
             "path",
@@ -241,6 +244,7 @@ def print_results(results: dict[str, Any], seconds: int) -> None:
             "limited / open",
             "wrk CPU",
             "workers CPU",
+            "worker CPU µs/request",
             "redis CPU",
         ],
         rows,

@@ -16,6 +16,8 @@ django_rl.E010  a parameter has a bad value (e.g. capacity)
 django_rl.E011  a policy's key names no identity function
 django_rl.E012  DEFAULT_POLICY names no policy
 django_rl.E013  a view names a policy that does not exist
+django_rl.E040  DENY_CACHE_SIZE is not a whole number from 0 to 1,000,000
+django_rl.E041  DENY_CACHE_MAX_AGE is not a number of seconds in (0, 86400]
 =============== ==========================================================
 """
 
