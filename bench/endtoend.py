@@ -48,14 +48,14 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=int, default=5, help="length of one wrk run (5)")
-    parser.add_argument("--repeats", type=int, default=3, help="ABBA pairs per endpoint (3)")
-    parser.add_argument("--quick", action="store_true", help="1 pair of 2 s runs: a smoke test")
+    parser.add_argument("--seconds", type=int, default=2, help="length of one wrk run (2)")
+    parser.add_argument("--repeats", type=int, default=8, help="pairs per endpoint (8)")
+    parser.add_argument("--quick", action="store_true", help="2 pairs of 1 s runs: a smoke test")
     parser.add_argument("--json", type=Path, default=Path("bench/results/endtoend.json"))
     parser.add_argument("--strict", action="store_true", help="exit 1 below the 0.85 target")
     args = parser.parse_args(argv)
     if args.quick:
-        args.seconds, args.repeats = 2, 1
+        args.seconds, args.repeats = 1, 2
     wrk = shutil.which("wrk")
     if wrk is None:
         print("wrk is not installed: `make bench` installs it (apt-get install wrk)")
