@@ -18,21 +18,18 @@ is missed. See bench/measure.py for how.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import sys
 import time
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from bench.flood import flood, flood_rows
 from bench.limiters import LIMITERS, Limiter
 from bench.measure import commands_and_round_trips, interleaved, memory_per_identity, ratio
 from bench.overadmission import over_admission
-from bench.report import check_targets, print_table
+from bench.report import bench_parser, check_targets, finish, print_table
 from tests.redis_server import RedisServer
 
 PACKAGES = (
@@ -51,12 +48,9 @@ COUNTED_DECISIONS = 300
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = bench_parser(__doc__ or "", "decisions.json", "5 rounds of 20")
     parser.add_argument("--rounds", type=int, default=100, help="interleaved rounds (default 100)")
     parser.add_argument("--batch", type=int, default=50, help="decisions per row per round (50)")
-    parser.add_argument("--quick", action="store_true", help="5 rounds of 20: a smoke test")
-    parser.add_argument("--json", type=Path, default=Path("bench/results/decisions.json"))
-    parser.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.batch = 5, 20
@@ -66,13 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         results = run(server, rounds=args.rounds, batch=args.batch)
     finally:
         server.close()
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nJSON: {args.json}")
     missed = [target["target"] for target in results["targets"] if not target["met"]]
-    if missed:
-        print(f"{len(missed)} target(s) missed (see docs/performance.md for the causes)")
-    return 1 if missed and args.strict else 0
+    return finish(args.json, results, missed, args.strict)
 
 
 def run(server: RedisServer, *, rounds: int, batch: int) -> dict[str, Any]:

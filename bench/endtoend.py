@@ -18,8 +18,6 @@ started here is stopped by its pid before the script exits.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import shutil
@@ -33,7 +31,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.report import print_table
+from bench.report import bench_parser, finish, print_table
 from tests.redis_server import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,12 +45,9 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = bench_parser(__doc__ or "", "endtoend.json", "2 pairs of 1 s runs")
     parser.add_argument("--seconds", type=int, default=2, help="length of one wrk run (2)")
     parser.add_argument("--repeats", type=int, default=8, help="pairs per endpoint (8)")
-    parser.add_argument("--quick", action="store_true", help="2 pairs of 1 s runs: a smoke test")
-    parser.add_argument("--json", type=Path, default=Path("bench/results/endtoend.json"))
-    parser.add_argument("--strict", action="store_true", help="exit 1 below the 0.85 target")
     args = parser.parse_args(argv)
     if args.quick:
         args.seconds, args.repeats = 1, 2
@@ -69,13 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         gunicorn.stop()
         redis_server.close()
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nJSON: {args.json}")
-    missed = [name for name, pair in results["pairs"].items() if pair["ratio"] < 0.85]
-    if missed:
-        print(f"limited / open below 0.85 for: {', '.join(missed)}")
-    return 1 if missed and args.strict else 0
+    missed = [
+        f"{name}: limited / open >= 0.85"
+        for name, pair in results["pairs"].items()
+        if pair["ratio"] < 0.85
+    ]
+    return finish(args.json, results, missed, args.strict)
 
 
 class Gunicorn:

@@ -2,16 +2,39 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-ALGORITHMS = ("fixed_window", "sliding_log", "token_bucket")
+from bench.limiters import ALGORITHMS
+
 FRONT_DOORS = ("Policy.hit", "@ratelimit", "PolicyThrottle")
 SLOW_PEERS = (
     "DRF AnonRateThrottle (django-redis)",
     "django-ratelimit is_ratelimited (django-redis)",
 )
 MEMORY_TARGETS = {"fixed_window": 104, "token_bucket": 120, "sliding_log": 2232}
+
+
+def bench_parser(doc: str, results: str, quick: str) -> argparse.ArgumentParser:
+    """Return an argument parser with the options every bench script takes."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help=f"{quick}: a smoke test")
+    parser.add_argument("--json", type=Path, default=Path("bench/results") / results)
+    parser.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
+    return parser
+
+
+def finish(path: Path, results: dict[str, Any], missed: list[str], strict: bool) -> int:
+    """Write the JSON, say what was missed; return the exit status."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nJSON: {path}")
+    if missed:
+        print(f"Targets missed (see docs/performance.md for the causes): {'; '.join(missed)}")
+    return 1 if missed and strict else 0
 
 
 def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 
 from bench.limiters import ALGORITHMS, policy_name
+from tests.redis_server import caches_for
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:1/0")
+#: The socket timeouts ``caches_for`` gives django-redis, given to every peer too.
 SOCKET_TIMEOUT = 1.0
 
 SECRET_KEY = "bench-only-not-secret"
@@ -27,13 +29,7 @@ INSTALLED_APPS = [
 ]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 
-CACHES = {
-    "default": {
-        "BACKEND": "django_redis.cache.RedisCache",
-        "LOCATION": REDIS_URL,
-        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": SOCKET_TIMEOUT, "SOCKET_TIMEOUT": SOCKET_TIMEOUT},
-    }
-}
+CACHES = caches_for(REDIS_URL)
 
 #: The limits every limiter is measured at: a large one for the speed table
 #: (every decision allowed), 100 for memory and over-admission.
