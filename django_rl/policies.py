@@ -115,13 +115,16 @@ class Policy:
         :raises BackendError: if Redis cannot answer.
         """
         key = self.key(identity)
-        if self.denials is not None:
-            self.denials.forget(key)
         try:
             keys = self.algorithm.keys(self.backend, key)
             return int(self.backend.client.delete(*keys))
         except RedisError as exc:
             raise BackendError(f"could not reset policy {self.name!r}: {exc}") from exc
+        finally:
+            if self.denials is not None:
+                # After the delete, so a denial another thread got from Redis
+                # just before it is forgotten too.
+                self.denials.forget(key)
 
     def hit_request(self, request: Any, cost: int = 1) -> Decision | None:
         """Identify ``request`` and hit; ``None`` when the policy does not apply to it."""
