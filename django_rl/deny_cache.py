@@ -205,5 +205,6 @@ def get_deny_cache() -> DenyCache | None:
 
 @receiver(setting_changed)
 def _forget_deny_cache(*, setting: str, **kwargs: object) -> None:
-    if setting == "DJANGO_RL":
+    # CACHES too: the same keys on another Redis say nothing about this one.
+    if setting in ("DJANGO_RL", "CACHES"):
         get_deny_cache.cache_clear()

@@ -260,6 +260,15 @@ def test_size_zero_turns_it_off(settings, redis_client):
     assert sent["evalsha"] == 5
 
 
+def test_changed_settings_start_an_empty_cache(settings, redis_server):
+    before = get_deny_cache()
+    settings.DJANGO_RL = {**settings.DJANGO_RL}
+    after_rl = get_deny_cache()
+    with override_settings(CACHES=caches_for(redis_server.url.removesuffix("/0") + "/4")):
+        after_caches = get_deny_cache()
+    assert len({id(before), id(after_rl), id(after_caches)}) == 3
+
+
 def test_settings_size_and_max_age(settings):
     settings.DJANGO_RL = {"DENY_CACHE_SIZE": 5, "DENY_CACHE_MAX_AGE": 2.5}
     cache = get_deny_cache()
