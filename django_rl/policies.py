@@ -74,8 +74,7 @@ class Policy:
         :raises ValueError: if ``cost`` is not a whole number from 1 to the limit
             (a hit heavier than the limit could never be allowed).
         """
-        if type(cost) is not int or not 1 <= cost <= self.limit:
-            raise self._bad_cost(cost)
+        self._check_cost(cost)
         key = self.key(identity)
         denials = self.denials
         if denials is not None:
@@ -133,10 +132,12 @@ class Policy:
             return None
         return self.hit(identity, cost)
 
-    def _bad_cost(self, cost: object) -> ValueError:
+    def _check_cost(self, cost: int) -> None:
+        if type(cost) is int and 1 <= cost <= self.limit:
+            return  # the usual case, in one test (``type`` rules out bool)
         if type(cost) is not int or cost < 1:
-            return ValueError(f"cost must be a whole number of at least 1, not {cost!r}")
-        return ValueError(
+            raise ValueError(f"cost must be a whole number of at least 1, not {cost!r}")
+        raise ValueError(
             f"cost {cost} is above the limit {self.limit} of policy {self.name!r}: "
             "such a hit could never be allowed"
         )
