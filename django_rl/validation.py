@@ -99,7 +99,7 @@ def deny_cache_problems(merged: Mapping[str, object]) -> list[Problem]:
             Problem(
                 "django_rl.E040",
                 f"DJANGO_RL['DENY_CACHE_SIZE'] is {size!r}",
-                f"It must be a whole number from 0 (no deny cache) to {MAX_DENY_CACHE_SIZE:_}: "
+                f"It must be a whole number from 0 (no deny cache) to {MAX_DENY_CACHE_SIZE:,}: "
                 "the most denials each process remembers.",
             )
         )
@@ -113,7 +113,7 @@ def deny_cache_problems(merged: Mapping[str, object]) -> list[Problem]:
             Problem(
                 "django_rl.E041",
                 f"DJANGO_RL['DENY_CACHE_MAX_AGE'] is {age!r}",
-                f"It must be a number of seconds above 0 and at most {MAX_DENY_CACHE_MAX_AGE:_}: "
+                f"It must be a number of seconds above 0 and at most {MAX_DENY_CACHE_MAX_AGE:,}: "
                 "how long a process may answer a denial without asking Redis again.",
             )
         )

@@ -282,7 +282,7 @@ def test_settings_size_and_max_age(settings):
             {"DENY_CACHE_SIZE": -1},
             Error(
                 "DJANGO_RL['DENY_CACHE_SIZE'] is -1",
-                hint="It must be a whole number from 0 (no deny cache) to 1_000_000: "
+                hint="It must be a whole number from 0 (no deny cache) to 1,000,000: "
                 "the most denials each process remembers.",
                 id="django_rl.E040",
             ),
@@ -291,7 +291,7 @@ def test_settings_size_and_max_age(settings):
             {"DENY_CACHE_SIZE": True},
             Error(
                 "DJANGO_RL['DENY_CACHE_SIZE'] is True",
-                hint="It must be a whole number from 0 (no deny cache) to 1_000_000: "
+                hint="It must be a whole number from 0 (no deny cache) to 1,000,000: "
                 "the most denials each process remembers.",
                 id="django_rl.E040",
             ),
@@ -301,7 +301,7 @@ def test_settings_size_and_max_age(settings):
                 {"DENY_CACHE_MAX_AGE": age},
                 Error(
                     f"DJANGO_RL['DENY_CACHE_MAX_AGE'] is {age!r}",
-                    hint="It must be a number of seconds above 0 and at most 86_400: "
+                    hint="It must be a number of seconds above 0 and at most 86,400: "
                     "how long a process may answer a denial without asking Redis again.",
                     id="django_rl.E041",
                 ),
