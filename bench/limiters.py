@@ -26,6 +26,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bench.peers import (
+    django_ratelimit,
+    drf_throttle,
+    limits_strategy,
+    requests_for,
+    smart_ratelimit,
+)
+
 ALGORITHMS = ("fixed_window", "sliding_log", "token_bucket")
 Decide = Callable[[int], bool]
 Build = Callable[[int, Sequence[str]], Decide]
@@ -61,19 +69,6 @@ def _policy(algorithm: str, limit: int) -> Any:
     from django_rl import get_policy
 
     return get_policy(policy_name(algorithm, limit))
-
-
-def _requests(addresses: Sequence[str]) -> list[Any]:
-    from django.contrib.auth.models import AnonymousUser
-    from django.test import RequestFactory
-
-    factory = RequestFactory()
-    requests = []
-    for address in addresses:
-        request = factory.get("/", REMOTE_ADDR=address)
-        request.user = AnonymousUser()  # DRF's anonymous throttle asks
-        requests.append(request)
-    return requests
 
 
 # Floors ---------------------------------------------------------------------
@@ -187,7 +182,7 @@ def decorator(algorithm: str) -> Build:
 
         ok = HttpResponse("ok")
         view = ratelimit(_policy(algorithm, limit).name)(lambda request: ok)
-        requests = _requests(addresses)
+        requests = requests_for(addresses)
         return lambda i: view(requests[i]) is ok
 
     return build
@@ -201,61 +196,8 @@ def policy_throttle(algorithm: str) -> Build:
             throttle_scope = _policy(algorithm, limit).name
 
         view = View()
-        requests = _requests(addresses)
+        requests = requests_for(addresses)
         return lambda i: PolicyThrottle().allow_request(requests[i], view)
-
-    return build
-
-
-# Peers ------------------------------------------------------------------------
-
-
-def drf_throttle(limit: int, addresses: Sequence[str]) -> Decide:
-    from rest_framework.throttling import AnonRateThrottle
-
-    # A rate on the class, as DRF's docs show; scope names the cache key.
-    throttle = type("Throttle", (AnonRateThrottle,), {"rate": f"{limit}/hour", "scope": "b"})
-    requests = _requests(addresses)
-    return lambda i: bool(throttle().allow_request(requests[i], None))
-
-
-def django_ratelimit(limit: int, addresses: Sequence[str]) -> Decide:
-    from django_ratelimit.core import is_ratelimited
-
-    requests = _requests(addresses)
-    rate = f"{limit}/h"
-    return lambda i: not is_ratelimited(requests[i], group="b", key="ip", rate=rate, increment=True)
-
-
-def limits_strategy(strategy: str) -> Build:
-    def build(limit: int, addresses: Sequence[str]) -> Decide:
-        from django.conf import settings
-        from limits import parse, strategies
-        from limits.storage import RedisStorage
-
-        storage = RedisStorage(
-            settings.REDIS_URL,
-            socket_timeout=settings.SOCKET_TIMEOUT,
-            socket_connect_timeout=settings.SOCKET_TIMEOUT,
-        )
-        limiter = getattr(strategies, strategy)(storage)
-        item = parse(f"{limit}/hour")
-        # The strategies would share keys in one namespace: give each its own.
-        namespace = "".join(c for c in strategy if c.isupper())
-        return lambda i: bool(limiter.hit(item, namespace, addresses[i]))
-
-    return build
-
-
-def smart_ratelimit(algorithm: str) -> Build:
-    def build(limit: int, addresses: Sequence[str]) -> Decide:
-        from django_smart_ratelimit.backends.redis_backend import RedisBackend
-
-        backend = RedisBackend()
-        backend.algorithm = algorithm
-        # What its decorator does: count, then compare with the limit.
-        keys = [f"{algorithm[0]}:{address}" for address in addresses]
-        return lambda i: bool(backend.incr(keys[i], 3600) <= limit)
 
     return build
 
