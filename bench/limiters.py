@@ -22,11 +22,13 @@ Rows:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bench.peers import (
+    Build,
+    Decide,
     django_ratelimit,
     drf_throttle,
     limits_strategy,
@@ -35,8 +37,6 @@ from bench.peers import (
 )
 
 ALGORITHMS = ("fixed_window", "sliding_log", "token_bucket")
-Decide = Callable[[int], bool]
-Build = Callable[[int, Sequence[str]], Decide]
 
 
 @dataclass(frozen=True)
