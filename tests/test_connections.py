@@ -9,7 +9,7 @@ from django.test import override_settings
 
 from django_rl import get_policy
 from django_rl.backends import redis as redis_backend
-from tests.redis_server import caches_for
+from tests.redis_server import RedisServer, caches_for
 
 
 def connections_on(client, db: int) -> int:
@@ -62,3 +62,22 @@ def test_a_forked_child_makes_its_own_connections():
     inherited = backend.client
     redis_backend._after_fork_in_child()  # what os.register_at_fork runs in a child
     assert backend.client is not inherited
+
+
+def test_a_redis_restart_costs_no_decision(caplog):
+    # The kept connection finds out the server closed it when it uses it, and
+    # sends the command once more on a new one.
+    server = RedisServer()
+    server.start()
+    try:
+        with override_settings(CACHES=caches_for(server.url)):
+            policy = get_policy("login")
+            assert policy.hit("ip:192.0.2.3").remaining == 4
+            port = server.port
+            server.stop()
+            server.start(port=port)
+            decisions = [policy.hit("ip:192.0.2.3") for _ in range(2)]
+    finally:
+        server.close()
+    assert [(d.degraded, d.remaining) for d in decisions] == [(False, 4), (False, 3)]
+    assert caplog.records == []

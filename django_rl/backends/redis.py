@@ -9,17 +9,16 @@ import threading
 import weakref
 from collections.abc import Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 from django_rl.backends.clock import ServerClock
 from django_rl.exceptions import ConfigurationError
-
-if TYPE_CHECKING:
-    from redis import Redis
 
 logger = logging.getLogger("django_rl")
 
@@ -53,6 +52,33 @@ class LuaScript:
             return client.evalsha(self.sha, len(keys), *keys, *args)
 
 
+class KeptConnectionClient(Redis):
+    """A redis-py client on one connection that it keeps (``single_connection_client``).
+
+    A pooled client notices a connection the server has closed (a restart, a
+    failover) before it sends, at the price of system calls on every command.
+    This one notices when a command fails, so a command that fails with
+    ``ConnectionError`` on a connection that has worked before is sent once
+    more, on a new connection: a Redis restart costs no decision. (Had the
+    first one reached the server before the connection broke, a hit would
+    count twice: a denial slightly early, never one allowed too many.) During
+    an outage, after that one retry, nothing is sent twice.
+    """
+
+    _worked = False
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            result = super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        except RedisConnectionError:
+            if not self._worked:
+                raise
+            self._worked = False
+            result = super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        self._worked = True
+        return result
+
+
 class RedisBackend:
     """The Redis behind one ``CACHES`` alias, shared by every policy that uses it.
 
@@ -82,13 +108,13 @@ class RedisBackend:
         Each thread that makes decisions holds one connection of django-redis's
         pool, given back when the thread ends; pipelines still take theirs from
         the pool. If Redis is down, building the client raises and nothing is
-        kept, so the next call tries again.
+        kept, so the next call tries again; a connection that broke is replaced
+        (see :class:`KeptConnectionClient`).
         """
         client: Redis | None = getattr(self._local, "client", None)
         if client is None:
-            pooled = self.pooled_client
-            client = type(pooled)(
-                connection_pool=pooled.connection_pool, single_connection_client=True
+            client = KeptConnectionClient(
+                connection_pool=self.pooled_client.connection_pool, single_connection_client=True
             )
             self._local.client = client
         return client
