@@ -17,6 +17,8 @@ django_rl.E011  a policy's key names no identity function
 django_rl.E012  DEFAULT_POLICY names no policy
 django_rl.E013  a view names a policy that does not exist
 django_rl.E030  a policy's fail_open is not True or False
+django_rl.E040  DENY_CACHE_SIZE is not a whole number from 0 to 1,000,000
+django_rl.E041  DENY_CACHE_MAX_AGE is not a number of seconds in (0, 86400]
 django_rl.E050  HEADERS is not "ietf", "legacy", "both" or None
 django_rl.E051  RATELIMITED_VIEW is not the dotted path of a sync view
 django_rl.E052  a DRF view's throttle_policies is not a list of names

@@ -11,6 +11,7 @@ import pytest
 import redis
 from django.test import override_settings
 
+from django_rl.deny_cache import get_deny_cache
 from tests import figures
 from tests.redis_server import RedisServer, caches_for
 
@@ -85,6 +86,10 @@ def _empty_redis(redis_server: RedisServer) -> None:
         client.flushall()
     finally:
         client.close()
+    # Denials remembered by an earlier test are about state just flushed.
+    denials = get_deny_cache()
+    if denials is not None:
+        denials.clear()
 
 
 def server_ms(client: redis.Redis) -> int:

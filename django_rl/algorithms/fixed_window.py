@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 class FixedWindow:
     name: ClassVar[str] = "fixed_window"
     parameters: ClassVar[frozenset[str]] = frozenset({"rate"})
+    # The counter only grows until the window ends.
+    denial_holds_for_any_cost: ClassVar[bool] = True
 
     def __init__(self, rate: Rate) -> None:
         self.rate = rate
