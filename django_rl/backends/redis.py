@@ -14,7 +14,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ReadOnlyError
+from redis.exceptions import NoScriptError, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_rl.backends.clock import ClockUnavailable, ServerClock
@@ -116,6 +116,48 @@ class KeptConnectionClient(Redis):
         self._worked = True
         return result
 
+    def transaction_replies(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Run ``commands`` in one MULTI/EXEC on the kept connection; return their replies.
+
+        One write and one read, as a redis-py transaction pipeline, but
+        without its checkout of a connection from the pool (which costs more
+        client time than the round trip's own work). A ``ConnectionError`` on
+        a connection that has worked before is sent once more, on a new
+        connection, as in :meth:`execute_command`.
+
+        :raises redis.exceptions.RedisError: if Redis cannot answer, or any
+            command fails (the first error reply is raised).
+        """
+        try:
+            replies = self._run_transaction(commands)
+        except RedisConnectionError:
+            if not self._worked:
+                raise
+            self._worked = False
+            replies = self._run_transaction(commands)
+        self._worked = True
+        return replies
+
+    def _run_transaction(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        # redis-py's Connection is untyped; Any keeps mypy --strict quiet about it.
+        connection: Any = self.connection
+        assert connection is not None, "a kept-connection client always holds one"
+        packed = connection.pack_commands([("MULTI",), *commands, ("EXEC",)])
+        # No lock: a kept-connection client belongs to one thread.
+        try:
+            connection.send_packed_command(packed)
+            for _ in range(len(commands) + 1):
+                connection.read_response()  # +OK for MULTI, +QUEUED for each command
+            replies: list[Any] = connection.read_response()
+        except BaseException:
+            # Replies may be left unread on the socket: it cannot be reused as is.
+            connection.disconnect()
+            raise
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                raise reply
+        return replies
+
 
 class RedisBackend:
     """The Redis behind one ``CACHES`` alias, shared by every policy that uses it.
@@ -138,7 +180,7 @@ class RedisBackend:
         _live_backends.add(self)
 
     @property
-    def client(self) -> Redis:
+    def client(self) -> KeptConnectionClient:
         """Return this thread's redis-py client, which keeps one connection of the pool.
 
         A command on a pooled client checks a connection out of the pool and
@@ -154,7 +196,7 @@ class RedisBackend:
         own on its next call (see :meth:`record_failure`).
         """
         local = self._local
-        client: Redis | None = getattr(local, "client", None)
+        client: KeptConnectionClient | None = getattr(local, "client", None)
         if client is None or local.generation != self._generation:
             if client is not None:
                 local.client = None
