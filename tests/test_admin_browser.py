@@ -19,6 +19,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 from django_rl import admin_views, get_policy
 from django_rl.keys import safe_identity
+from tests.conftest import start_of_fresh_window
 from tests.redis_server import caches_for, free_port
 
 CHROMIUM = "/usr/bin/chromium"
@@ -64,6 +65,17 @@ def browser() -> Iterator[Browser]:
                 browser.close()
         finally:
             playwright.stop()
+
+
+@pytest.fixture
+def fresh_minute(redis_client) -> None:
+    """Start the test with 20 s or more left in the minute of the Redis clock.
+
+    Fixed-window keys (``per_minute``, ``api``, ``writes``) die at the end of
+    their minute: a test that hits one near the end would see its row vanish
+    before the page shows it.
+    """
+    start_of_fresh_window(redis_client, 60_000, min_left_ms=20_000)
 
 
 @pytest.fixture(autouse=True)
@@ -133,7 +145,7 @@ def test_a_superuser_watches_a_new_client_appear_live_and_resets_it(page, admin_
     assert get_policy("login").peek(IDENTITY).remaining == 5
 
 
-def test_pause_holds_the_page_still_until_resumed(page, admin_user):
+def test_pause_holds_the_page_still_until_resumed(page, admin_user, fresh_minute):
     log_in(page, "admin", "password")
     page.goto(PAGE)
     page.click("[data-rl=pause]")
@@ -209,7 +221,7 @@ def background(page: Page, selector: str) -> tuple[str, str]:
 
 
 def test_screenshot_and_the_admin_themes(
-    browser, live_server, admin_client, redis_client, tmp_path
+    browser, live_server, admin_client, redis_client, tmp_path, fresh_minute
 ):
     fill_for_screenshot(redis_client)
     cookie = admin_client.cookies["sessionid"].value
