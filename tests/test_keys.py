@@ -64,9 +64,19 @@ def test_fingerprint_is_short_and_follows_its_input():
     assert fingerprint("fixed_window 5/m") != fingerprint("fixed_window 6/m")
 
 
-def test_hostile_identities_make_bounded_keys_in_redis(redis_client):
+def test_hostile_identities_make_bounded_keys_in_redis(settings, redis_client):
     from django_rl import get_policy
+    from tests.conftest import start_of_fresh_window
 
+    # Hour-long state, so no key expires while the test counts them.
+    settings.DJANGO_RL = {
+        "POLICIES": {
+            "log": {"algorithm": "sliding_log", "rate": "5/h"},
+            "window": {"algorithm": "fixed_window", "rate": "5/h"},
+            "bucket": {"algorithm": "token_bucket", "capacity": 3, "rate": "1/h"},
+        }
+    }
+    start_of_fresh_window(redis_client, 3_600_000, min_left_ms=60_000)
     hostile = [
         "x" * 5000,
         "ip:*",
@@ -78,7 +88,7 @@ def test_hostile_identities_make_bounded_keys_in_redis(redis_client):
         "\x00\x1b[31m",
         "}{",
     ]
-    for name in ("login", "per_minute", "burst"):
+    for name in ("log", "window", "bucket"):
         policy = get_policy(name)
         for identity in hostile:
             assert policy.hit(identity).allowed

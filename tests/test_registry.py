@@ -28,7 +28,10 @@ def test_unknown_policy_names_the_known_ones():
     )
 
 
-def test_settings_fixture_changes_the_limit(settings):
+def test_settings_fixture_changes_the_limit(settings, redis_client):
+    from tests.conftest import start_of_fresh_window
+
+    start_of_fresh_window(redis_client, 60_000, min_left_ms=5_000)  # 'writes' counts per minute
     assert [get_policy("writes").hit("ip:1").allowed for _ in range(3)] == [True, True, False]
     settings.DJANGO_RL = {
         "POLICIES": {"writes": {"algorithm": "fixed_window", "rate": "3/m", "key": "ip"}}
