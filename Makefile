@@ -1,6 +1,7 @@
 # make test: create .venv, install the project with its test dependencies and
 # the system programs the suite runs (redis-server), then run every test.
 # make lint: ruff (lint and format) and mypy --strict over django_rl/.
+# make matrix: the test suite under every Django x Python pair of tox.ini.
 
 PYTHON ?= python3
 VENV := .venv
@@ -8,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SYSTEM_PACKAGES := redis-server=redis-server
 
-.PHONY: test lint venv system-packages clean
+.PHONY: test lint matrix venv system-packages clean
 
 test: venv system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -18,13 +19,18 @@ venv: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lint,matrix]'
 	touch $(STAMP)
 
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy django_rl
+
+# The tox matrix (tox.ini): Django 4.2 / 5.2 / 6.x on Python 3.10 to 3.13.
+TOX_PARALLEL ?= 2
+matrix: venv system-packages
+	PATH="$$(scripts/interpreters-path.sh)" $(BIN)/tox run-parallel --parallel $(TOX_PARALLEL) --parallel-no-spinner
 
 system-packages:
 	scripts/ensure-system-packages.sh $(SYSTEM_PACKAGES)
