@@ -1,15 +1,17 @@
 # make test: create .venv, install the project with its test dependencies and
-# the system programs the suite runs (redis-server), then run every test.
+# the system programs the suite runs (redis-server, chromium), then run every test.
 # make lint: ruff (lint and format) and mypy --strict over django_rl/.
 # make matrix: the test suite under every Django x Python pair of tox.ini.
+# make bench-admin: time the admin's live counters with 1,000,000 keys in Redis.
+# make screenshot: retake docs/admin-live-counters.png with the browser test.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-SYSTEM_PACKAGES := redis-server=redis-server
+SYSTEM_PACKAGES := redis-server=redis-server chromium=chromium
 
-.PHONY: test lint matrix venv system-packages clean
+.PHONY: test lint matrix venv system-packages clean bench-admin screenshot
 
 test: venv system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -31,6 +33,13 @@ lint: venv
 TOX_PARALLEL ?= 2
 matrix: venv system-packages
 	PATH="$$(scripts/interpreters-path.sh)" $(BIN)/tox run-parallel --parallel $(TOX_PARALLEL) --parallel-no-spinner
+
+bench-admin: venv system-packages
+	$(BIN)/python bench/admin_page.py $(BENCH_ARGS)
+
+screenshot: venv system-packages
+	DJANGO_RL_SCREENSHOT=docs/admin-live-counters.png \
+		$(BIN)/python -m pytest tests/test_admin_browser.py -k screenshot
 
 system-packages:
 	scripts/ensure-system-packages.sh $(SYSTEM_PACKAGES)

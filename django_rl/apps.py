@@ -6,6 +6,8 @@ from django.apps import AppConfig
 class DjangoRlConfig(AppConfig):
     name = "django_rl"
     verbose_name = "Rate limiting"
+    # Fixed here so a project's DEFAULT_AUTO_FIELD never asks for a migration.
+    default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
         # Importing the module registers the system checks.

@@ -18,6 +18,30 @@ _SAFE_IDENTITY = re.compile(rf"[A-Za-z0-9.:_@-]{{1,{MAX_IDENTITY_LENGTH}}}")
 _SAFE_KIND = re.compile(r"[A-Za-z0-9._@-]{1,32}")
 #: Names that appear in keys: the key prefix and policy names.
 SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+#: Everything :func:`safe_identity` can return: a verbatim identity or a digest.
+STORED_IDENTITY = re.compile(
+    rf"[A-Za-z0-9.:_@-]{{1,{MAX_IDENTITY_LENGTH}}}|(?:[A-Za-z0-9._@-]{{1,32}}:)?~[0-9a-f]{{24}}"
+)
+
+
+class KeyIdentity(str):
+    """An identity exactly as it stands in a key: verbatim, or a digest (``kind:~<hex>``).
+
+    :func:`safe_identity` keeps it as it is instead of digesting it again, so
+    an identity read back from a key (the admin page, ``manage.py ratelimit``)
+    can be passed to ``Policy.peek`` or ``Policy.reset``. Only code that read a
+    key, or an operator, makes one; identities from requests are plain ``str``,
+    so a client still cannot name a digest's key.
+
+    :raises ValueError: if ``text`` is not something a key can hold.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, text: str) -> KeyIdentity:
+        if not STORED_IDENTITY.fullmatch(text):
+            raise ValueError(f"{text!r} is not an identity as keys hold them")
+        return super().__new__(cls, text)
 
 
 def safe_identity(identity: str) -> str:
@@ -28,7 +52,10 @@ def safe_identity(identity: str) -> str:
     characters, bounded length. Anything else becomes ``<kind>:~<24 hex>``
     (``~<24 hex>`` when it has no safe ``kind:`` prefix). ``~`` never passes
     through from input, so a digest cannot collide with a verbatim identity.
+    A :class:`KeyIdentity` is already in key form and is returned as it is.
     """
+    if isinstance(identity, KeyIdentity):
+        return str(identity)
     if _SAFE_IDENTITY.fullmatch(identity):
         return identity
     kind, colon, _ = identity.partition(":")

@@ -16,6 +16,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",
     "rest_framework",
     "django_rl",
 ]
@@ -41,6 +42,10 @@ TEMPLATES = [
         },
     }
 ]
+
+STATIC_URL = "/static/"
+# Test users log in many times; a slow hasher would cost seconds.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 

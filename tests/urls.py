@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.contrib import admin
 from django.urls import path
 
 from tests import views
@@ -13,4 +14,5 @@ urlpatterns = [
     path("method-decorated/", views.MethodDecoratedView.as_view()),
     path("api/scoped/", views.ScopedApiView.as_view()),
     path("api/unscoped/", views.UnscopedApiView.as_view()),
+    path("admin/", admin.site.urls),
 ]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
+from django_rl.backends import run_reads
+
 if TYPE_CHECKING:
+    from redis.client import Pipeline
+
     from django_rl.backends import RedisBackend
 
 
@@ -20,6 +24,28 @@ class Outcome(NamedTuple):
     remaining: int
     retry_after_ms: int
     reset_after_ms: int
+
+
+class Reading(NamedTuple):
+    """What ``peek`` sees, with the state behind it, for people to look at.
+
+    :ivar outcome: what a hit of cost 1 would be told now.
+    :ivar used: how much of the limit is taken now: hits counted in the
+        window (``fixed_window``; denied hits count too, so it can pass the
+        limit), entries in the log (``sliding_log``), tokens taken
+        (``token_bucket``; fractional while the bucket refills).
+    :ivar detail: the state in a few words where the numbers do not say it
+        all (tokens left, entries in the log, denied hits counted), or ``""``.
+    """
+
+    outcome: Outcome
+    used: float
+    detail: str
+
+
+#: Turns the replies of the commands ``queue_peek`` queued into a Reading. It
+#: takes an iterator over a pipeline's replies and consumes exactly its own.
+ReadReplies = Callable[[Iterator[Any]], Reading]
 
 
 class Algorithm(Protocol):
@@ -62,6 +88,20 @@ class Algorithm(Protocol):
         """Decide whether a hit of cost 1 would be allowed, changing nothing."""
         ...
 
+    def queue_peek(self, pipe: Pipeline, backend: RedisBackend, key: str) -> ReadReplies:
+        """Queue on ``pipe`` the commands of ``peek`` (reads only); return their reader.
+
+        The state of many identities can then be read in one round trip (the
+        admin page). ``peek`` is this with a pipeline of its own.
+        """
+        ...
+
     def keys(self, backend: RedisBackend, key: str) -> list[str]:
         """Return the Redis keys that may hold this identity's state now."""
         ...
+
+
+def read_now(algorithm: Algorithm, backend: RedisBackend, key: str) -> Reading:
+    """Run ``algorithm.queue_peek`` in a pipeline of its own: one round trip."""
+    read, replies = run_reads(backend.client, lambda pipe: algorithm.queue_peek(pipe, backend, key))
+    return read(iter(replies))

@@ -22,13 +22,15 @@ PTTL key; EXEC``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from django_rl.algorithms.base import Outcome
+from django_rl.algorithms.base import Outcome, Reading, ReadReplies, read_now
 from django_rl.rates import Rate, parse_rate
 
 if TYPE_CHECKING:
+    from redis.client import Pipeline
+
     from django_rl.backends import RedisBackend
 
 
@@ -71,17 +73,26 @@ class FixedWindow:
         return Outcome(False, 0, max(ttl_ms, 1), ttl_ms)
 
     def peek(self, backend: RedisBackend, key: str) -> Outcome:
+        return read_now(self, backend, key).outcome
+
+    def queue_peek(self, pipe: Pipeline, backend: RedisBackend, key: str) -> ReadReplies:
         window_key = f"{key}:{self._window(backend)}"
-        pipe = backend.client.pipeline(transaction=False)
         pipe.get(window_key)
         pipe.pttl(window_key)
-        raw_count, ttl_ms = pipe.execute()
-        count = int(raw_count or 0)
-        ttl_ms = max(ttl_ms, 0) if count else 0
         limit = self.rate.limit
-        if count < limit:
-            return Outcome(True, limit - count, 0, ttl_ms)
-        return Outcome(False, 0, max(ttl_ms, 1), ttl_ms)
+
+        def read(replies: Iterator[Any]) -> Reading:
+            count = int(next(replies) or 0)
+            ttl_ms = next(replies)
+            ttl_ms = max(ttl_ms, 0) if count else 0
+            if count < limit:
+                outcome = Outcome(True, limit - count, 0, ttl_ms)
+            else:
+                outcome = Outcome(False, 0, max(ttl_ms, 1), ttl_ms)
+            over = f"{count - limit:,} over the limit (denied hits count too)"
+            return Reading(outcome, count, over if count > limit else "")
+
+        return read
 
     def keys(self, backend: RedisBackend, key: str) -> list[str]:
         # The neighbours too: the local clock estimate may sit a hair on the

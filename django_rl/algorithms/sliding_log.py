@@ -8,14 +8,16 @@ oldest entries leave the window for this hit to fit.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from django_rl.algorithms.base import Outcome
+from django_rl.algorithms.base import Outcome, Reading, ReadReplies, read_now
 from django_rl.backends import LuaScript
 from django_rl.rates import Rate, parse_rate
 
 if TYPE_CHECKING:
+    from redis.client import Pipeline
+
     from django_rl.backends import RedisBackend
 
 SCRIPT = LuaScript.from_package(__package__, "sliding_log.lua")
@@ -40,17 +42,28 @@ class SlidingLog:
     def description(self) -> str:
         return f"{self.name} {self.rate}"
 
-    def _run(self, backend: RedisBackend, key: str, cost: int, commit: str) -> Outcome:
-        allowed, used, retry_ms, reset_ms = SCRIPT(
-            backend.client, (key,), (self.rate.period_ms, self.rate.limit, cost, commit)
-        )
+    def _args(self, cost: int, commit: str) -> tuple[int, int, int, str]:
+        return (self.rate.period_ms, self.rate.limit, cost, commit)
+
+    def _outcome(self, reply: Sequence[int]) -> Outcome:
+        allowed, used, retry_ms, reset_ms = reply
         return Outcome(bool(allowed), max(self.rate.limit - used, 0), retry_ms, reset_ms)
 
     def hit(self, backend: RedisBackend, key: str, cost: int) -> Outcome:
-        return self._run(backend, key, cost, "1")
+        return self._outcome(SCRIPT(backend.client, (key,), self._args(cost, "1")))
 
     def peek(self, backend: RedisBackend, key: str) -> Outcome:
-        return self._run(backend, key, 1, "0")
+        return read_now(self, backend, key).outcome
+
+    def queue_peek(self, pipe: Pipeline, backend: RedisBackend, key: str) -> ReadReplies:
+        SCRIPT.queue(pipe, (key,), self._args(1, "0"))
+
+        def read(replies: Iterator[Any]) -> Reading:
+            reply = next(replies)
+            used = int(reply[1])
+            return Reading(self._outcome(reply), used, f"{used:,} entries in the log")
+
+        return read
 
     def keys(self, backend: RedisBackend, key: str) -> list[str]:
         return [key]

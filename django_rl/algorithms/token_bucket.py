@@ -8,14 +8,17 @@ time until c tokens are back. Denied hits take nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from django_rl.algorithms.base import Outcome, ParameterError
+from django_rl.algorithms.base import Outcome, ParameterError, Reading, ReadReplies, read_now
 from django_rl.backends import LuaScript
 from django_rl.rates import MAX_COUNT, Rate, parse_rate
 
 if TYPE_CHECKING:
+    from redis.client import Pipeline
+
     from django_rl.backends import RedisBackend
 
 SCRIPT = LuaScript.from_package(__package__, "token_bucket.lua")
@@ -53,18 +56,31 @@ class TokenBucket:
     def description(self) -> str:
         return f"{self.name} {self.capacity} {self.rate}"
 
-    def _run(self, backend: RedisBackend, key: str, cost: int, commit: str) -> Outcome:
-        rate = self.rate
-        allowed, units, retry_ms, reset_ms = SCRIPT(
-            backend.client, (key,), (self.capacity, rate.limit, rate.period_ms, cost, commit)
-        )
-        return Outcome(bool(allowed), units // rate.period_ms, retry_ms, reset_ms)
+    def _args(self, cost: int, commit: str) -> tuple[int, int, int, int, str]:
+        return (self.capacity, self.rate.limit, self.rate.period_ms, cost, commit)
+
+    def _outcome(self, reply: Sequence[int]) -> Outcome:
+        allowed, units, retry_ms, reset_ms = reply
+        return Outcome(bool(allowed), units // self.rate.period_ms, retry_ms, reset_ms)
 
     def hit(self, backend: RedisBackend, key: str, cost: int) -> Outcome:
-        return self._run(backend, key, cost, "1")
+        return self._outcome(SCRIPT(backend.client, (key,), self._args(cost, "1")))
 
     def peek(self, backend: RedisBackend, key: str) -> Outcome:
-        return self._run(backend, key, 1, "0")
+        return read_now(self, backend, key).outcome
+
+    def queue_peek(self, pipe: Pipeline, backend: RedisBackend, key: str) -> ReadReplies:
+        SCRIPT.queue(pipe, (key,), self._args(1, "0"))
+
+        def read(replies: Iterator[Any]) -> Reading:
+            reply = next(replies)
+            tokens = reply[1] / self.rate.period_ms
+            # Rounded down: a bucket never looks fuller than it is.
+            shown = math.floor(tokens * 10) / 10
+            used = round(self.capacity - tokens, 6)  # no float noise in what people see
+            return Reading(self._outcome(reply), used, f"{shown:g} tokens left")
+
+        return read
 
     def keys(self, backend: RedisBackend, key: str) -> list[str]:
         return [key]

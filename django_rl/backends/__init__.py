@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from django_rl.backends.redis import LuaScript, RedisBackend, get_backend
+from django_rl.backends.redis import LuaScript, RedisBackend, get_backend, run_reads
 
-__all__ = ["LuaScript", "RedisBackend", "get_backend"]
+__all__ = ["LuaScript", "RedisBackend", "get_backend", "run_reads"]

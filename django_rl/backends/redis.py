@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from django.core.signals import setting_changed
 from django.dispatch import receiver
@@ -18,8 +18,11 @@ from django_rl.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from redis import Redis
+    from redis.client import Pipeline
 
 logger = logging.getLogger("django_rl")
+
+T = TypeVar("T")
 
 
 class LuaScript:
@@ -31,10 +34,14 @@ class LuaScript:
     connection of the process.
     """
 
+    #: Every script made, so that a pipeline that met NOSCRIPT can load them.
+    instances: ClassVar[list[LuaScript]] = []
+
     def __init__(self, source: str, name: str = "script") -> None:
         self.name = name
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
+        LuaScript.instances.append(self)
 
     @classmethod
     def from_package(cls, package: str, filename: str) -> LuaScript:
@@ -49,6 +56,35 @@ class LuaScript:
         except NoScriptError:
             client.script_load(self.source)
             return client.evalsha(self.sha, len(keys), *keys, *args)
+
+    def queue(self, pipe: Pipeline, keys: Sequence[str], args: Sequence[Any]) -> None:
+        """Queue the script on a pipeline; :func:`run_reads` handles NOSCRIPT."""
+        pipe.evalsha(self.sha, len(keys), *keys, *args)
+
+
+def run_reads(client: Redis, queue: Callable[[Pipeline], T]) -> tuple[T, list[Any]]:
+    """Run the read-only commands ``queue`` puts on a pipeline, in one round trip.
+
+    Return what ``queue`` returned and the replies. A script the server does
+    not know (NOSCRIPT: a restarted server, ``SCRIPT FLUSH``) fails inside the
+    pipeline; then every script is loaded and the pipeline is built and run
+    again, which is harmless because nothing in it writes.
+
+    :raises redis.exceptions.RedisError: if Redis cannot answer, or a command
+        fails for another reason.
+    """
+    try:
+        return _run_pipeline(client, queue)
+    except NoScriptError:
+        for script in LuaScript.instances:
+            client.script_load(script.source)
+    return _run_pipeline(client, queue)
+
+
+def _run_pipeline(client: Redis, queue: Callable[[Pipeline], T]) -> tuple[T, list[Any]]:
+    pipe = client.pipeline(transaction=False)
+    queued = queue(pipe)
+    return queued, pipe.execute()
 
 
 class RedisBackend:

@@ -1,0 +1,189 @@
+"""The live counters page, its JSON (polled by the page) and its reset.
+
+Each view is a function of the ModelAdmin that serves it (``admin.py``), so
+the admin's own login, permission and CSRF machinery apply.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+    JsonResponse,
+)
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+
+from django_rl.admin_forms import QueryForm, ResetForm
+from django_rl.conf import get_settings
+from django_rl.exceptions import BackendError, ConfigurationError, UnknownPolicy
+from django_rl.inspection import (
+    FIRST_PAGE,
+    Page,
+    list_counters,
+    operator_identity,
+    reset_everywhere,
+)
+from django_rl.policies import get_policy
+
+if TYPE_CHECKING:
+    from django_rl.admin import LiveCounterAdmin
+
+#: How often the page asks for fresh counters.
+POLL_INTERVAL_MS = 3000
+TEMPLATES = "admin/django_rl/livecounter/"
+
+
+def page(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
+    """Render the page with its first rows; its script then keeps them fresh."""
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    form = QueryForm(request.GET)
+    listed, error, _ = _list(form)
+    context = {
+        **model_admin.admin_site.each_context(request),
+        **_fragments_context(model_admin, request, form, listed),
+        "title": "Live counters",
+        "form": form,
+        "error": error,
+        "policy_names": _policy_names(),
+        "data_url": f"{_url(model_admin, 'data')}?{form.filters()}",
+        "reset_url": _url(model_admin, "reset"),
+        "poll_interval_ms": POLL_INTERVAL_MS,
+        "updated": timezone.now(),
+    }
+    return TemplateResponse(request, TEMPLATES + "live_counters.html", context)
+
+
+def data(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
+    """Return one page of counters as JSON: the rows, and the page's HTML for them."""
+    if not model_admin.has_view_permission(request):
+        return JsonResponse({"error": "You may not view the live counters."}, status=403)
+    form = QueryForm(request.GET)
+    listed, error, status = _list(form)
+    if listed is None:
+        return JsonResponse({"error": error}, status=status)
+    context = _fragments_context(model_admin, request, form, listed)
+    return JsonResponse(
+        {
+            "rows": [row.as_dict() for row in listed.rows],
+            "cursor": listed.query.cursor,
+            "next_cursor": listed.next_cursor,
+            "examined": listed.examined,
+            "keys_in_redis": listed.keys_in_redis,
+            "skipped": listed.skipped,
+            "updated": timezone.now().isoformat(),
+            "tbody": render_to_string(TEMPLATES + "rows.html", context, request),
+            "summary": render_to_string(TEMPLATES + "summary.html", context, request),
+        }
+    )
+
+
+def reset(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
+    """Ask for confirmation, then reset the selected rows and/or one identity everywhere.
+
+    Rows go through ``Policy.reset`` of their policy; an identity is reset
+    under every configured policy (``inspection.reset_everywhere``).
+    """
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    if not model_admin.has_reset_permission(request):
+        raise PermissionDenied
+    form = ResetForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, " ".join(_errors(form)))
+        return HttpResponseRedirect(_url(model_admin, "changelist"))
+    back = f"{_url(model_admin, 'changelist')}?{form.cleaned_data['back']}"
+    rows = form.cleaned_data["rows"]
+    identity = form.cleaned_data["identity"]
+    if not form.cleaned_data["confirmed"]:
+        context = {
+            **model_admin.admin_site.each_context(request),
+            "opts": model_admin.opts,
+            "title": "Reset counters?",
+            "rows": rows,
+            "identity": identity,
+            "policy_names": _policy_names(),
+            "back": back,
+            "back_query": form.cleaned_data["back"],
+        }
+        return TemplateResponse(request, TEMPLATES + "reset_confirmation.html", context)
+    try:
+        deleted = sum(get_policy(name).reset(who) for name, who in rows)
+        everywhere = reset_everywhere(operator_identity(identity)) if identity else {}
+    except (BackendError, ConfigurationError) as exc:
+        messages.error(request, f"Nothing more was reset: {exc}")
+        return HttpResponseRedirect(back)
+    done = []
+    if rows:
+        done.append(f"Reset {_count(len(rows), 'counter')}: {_count(deleted, 'key')} deleted.")
+    if identity:
+        done.append(
+            f"Reset {identity} under {_count(len(everywhere), 'policy', 'policies')}: "
+            f"{_count(sum(everywhere.values()), 'key')} deleted."
+        )
+    messages.success(request, " ".join(done))
+    return HttpResponseRedirect(back)
+
+
+def _list(form: QueryForm) -> tuple[Page | None, str, int]:
+    """Return (the page, "", 200) or (None, why not, the HTTP status that says so)."""
+    if not form.is_valid():
+        return None, " ".join(_errors(form)), 400
+    try:
+        return list_counters(form.query), "", 200
+    except BackendError as exc:
+        return None, f"Redis could not be read: {exc}", 503
+    except UnknownPolicy as exc:
+        return None, str(exc), 400
+    except ConfigurationError as exc:
+        return None, f"The rate-limit settings are invalid ({exc}); run manage.py check.", 500
+
+
+def _fragments_context(
+    model_admin: LiveCounterAdmin, request: HttpRequest, form: QueryForm, listed: Page | None
+) -> dict[str, Any]:
+    """Return what rows.html and summary.html need, on the page and in the JSON."""
+    return {
+        "opts": model_admin.opts,
+        "page": listed,
+        "rows": listed.rows if listed else [],
+        "can_reset": model_admin.has_reset_permission(request),
+        "exact": form.is_valid() and form.query.exact,
+        "first": form.is_valid() and form.query.cursor == FIRST_PAGE,
+        "filtered": bool(form.data.get("policy") or form.data.get("q")),
+        "next_query": form.filters(cursor=listed.next_cursor) if listed else "",
+        "examined": f"{min(listed.examined, listed.keys_in_redis):,}" if listed else "",
+        "keys_in_redis": f"{listed.keys_in_redis:,}" if listed else "",
+        "first_query": form.filters(cursor=None),
+    }
+
+
+def _policy_names() -> list[str]:
+    try:
+        return sorted(get_settings().policies)
+    except ConfigurationError:
+        return []
+
+
+def _url(model_admin: LiveCounterAdmin, view: str) -> str:
+    opts = model_admin.opts
+    return reverse(
+        f"admin:{opts.app_label}_{opts.model_name}_{view}", current_app=model_admin.admin_site.name
+    )
+
+
+def _errors(form: QueryForm | ResetForm) -> list[str]:
+    return [f"{message}" for messages_ in form.errors.values() for message in messages_]
+
+
+def _count(n: int, noun: str, plural: str = "") -> str:
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

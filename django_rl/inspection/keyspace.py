@@ -1,0 +1,174 @@
+"""The app's keys in Redis: which servers hold them, bounded SCANs, keys read back.
+
+Listing never uses ``KEYS``: it walks the keyspace with ``SCAN ... MATCH``
+and stops after a budget of keys per request, handing back a cursor to go on
+from. An operator's search text is turned into a pattern here, so nothing a
+person types can widen a pattern beyond the app's prefix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from django_rl.keys import SAFE_NAME, STORED_IDENTITY, KeyIdentity
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from django_rl.backends import RedisBackend
+
+#: Keys SCAN may look at for one request (the sum of its COUNT hints).
+SCAN_BUDGET = 20_000
+#: The largest COUNT of one SCAN call; the smallest is the page size.
+MAX_SCAN_COUNT = 5_000
+#: Where a listing starts: the first server, SCAN cursor 0.
+FIRST_PAGE = "0:0"
+
+_CURSOR = re.compile(r"(?P<target>[0-9]{1,4}):(?P<position>[0-9]{1,20})")
+#: What may follow ``{prefix}:`` in a key of this app (see keys.key_for).
+_KEY_TAIL = re.compile(
+    r"(?P<policy>[A-Za-z0-9._-]{1,64}):\{(?P<identity>[A-Za-z0-9.:_@~-]{1,100})\}"
+    r":(?P<fingerprint>[0-9a-f]{8})(?::(?P<window>[0-9]{1,20}))?"
+)
+#: Characters an identity in a key can contain; none is special in a glob.
+_IDENTITY_CHARACTERS = re.compile(r"[A-Za-z0-9.:_@~-]{0,100}")
+
+
+@dataclass(frozen=True)
+class ParsedKey:
+    """One key of the app, taken apart.
+
+    :ivar identity: as the key holds it: verbatim, or a digest
+        (``kind:~<hex>``, see ``keys.safe_identity``).
+    :ivar window: the fixed window's index, ``None`` for other algorithms.
+    """
+
+    key: str
+    policy: str
+    identity: KeyIdentity
+    fingerprint: str
+    window: int | None
+
+
+def parse_key(prefix: str, key: str) -> ParsedKey | None:
+    """Take a key apart; ``None`` if it is not one this app writes under ``prefix``."""
+    head, colon, tail = key.partition(":")
+    if head != prefix or not colon:
+        return None
+    match = _KEY_TAIL.fullmatch(tail)
+    if match is None or not STORED_IDENTITY.fullmatch(match["identity"]):
+        return None
+    window = match["window"]
+    return ParsedKey(
+        key=key,
+        policy=match["policy"],
+        identity=KeyIdentity(match["identity"]),
+        fingerprint=match["fingerprint"],
+        window=int(window) if window is not None else None,
+    )
+
+
+def operator_identity(text: str) -> str:
+    """Return what an operator typed as an identity that ``Policy`` methods accept.
+
+    A digest as the admin page shows it (``x-api-key:~3f2a...``) is taken as
+    the key holds it; anything else is a raw identity, made safe the way a
+    request's would be (so typing the raw value of a digested identity finds
+    it too).
+    """
+    if "~" in text and STORED_IDENTITY.fullmatch(text):
+        return KeyIdentity(text)
+    return text
+
+
+def check_filters(policy: str | None, identity_prefix: str) -> None:
+    """Check what narrows a listing: nothing in it may be special in a SCAN pattern.
+
+    :raises ValueError: if ``policy`` is not a valid policy name, or
+        ``identity_prefix`` has characters no identity in a key can have.
+    """
+    if policy is not None and not SAFE_NAME.fullmatch(policy):
+        raise ValueError(f"{policy!r} is not a policy name")
+    if not _IDENTITY_CHARACTERS.fullmatch(identity_prefix):
+        raise ValueError(
+            "identities in keys have only letters, digits and .:_@-~ (others are digested): "
+            "search for the exact identity to find a digested one"
+        )
+
+
+def match_pattern(prefix: str, policy: str | None = None, identity_prefix: str = "") -> str:
+    """Return the SCAN pattern of the app's keys, narrowed to a policy and an identity prefix.
+
+    :raises ValueError: as :func:`check_filters`.
+    """
+    check_filters(policy, identity_prefix)
+    # None of the characters check_filters allows is special in a glob pattern.
+    policy_part = policy if policy is not None else "*"
+    if not identity_prefix:
+        return f"{prefix}:*" if policy is None else f"{prefix}:{policy}:*"
+    return f"{prefix}:{policy_part}:{{{identity_prefix}*"
+
+
+def scan_targets(backend: RedisBackend) -> list[Redis]:
+    """Return a client for each server whose keyspace holds the app's keys.
+
+    One server today; on a Redis Cluster every primary goes here, and
+    listings walk them one after another (the cursor names which).
+    """
+    return [backend.client]
+
+
+@dataclass(frozen=True)
+class ScanStep:
+    """What one bounded walk found.
+
+    :ivar next_cursor: where the next page starts; ``None`` once every
+        server has been walked to the end.
+    :ivar examined: keys SCAN was asked to look at (its COUNT hints summed).
+    """
+
+    keys: list[str]
+    next_cursor: str | None
+    examined: int
+
+
+def parse_cursor(cursor: str) -> tuple[int, int]:
+    """Return (server index, SCAN cursor) of a listing cursor such as ``"0:1234"``.
+
+    :raises ValueError: if it is not one.
+    """
+    match = _CURSOR.fullmatch(cursor)
+    if match is None:
+        raise ValueError(f"{cursor!r} is not a listing cursor")
+    return int(match["target"]), int(match["position"])
+
+
+def scan_keys(
+    targets: Sequence[Redis], pattern: str, cursor: str, *, want: int, budget: int = SCAN_BUDGET
+) -> ScanStep:
+    """Walk from ``cursor`` until ``want`` keys match, the budget is spent, or the end.
+
+    SCAN's COUNT starts at ``want`` and grows while few keys match (a narrow
+    filter on a big keyspace), so a page takes few round trips either way.
+    A page can hold more than ``want`` keys: the last SCAN call's keys are
+    all kept, since a cursor cannot stop half way through a call.
+    """
+    index, position = parse_cursor(cursor)
+    found: dict[str, None] = {}  # SCAN may return a key twice; keep the order
+    examined = 0
+    count = max(1, min(want, budget))
+    while index < len(targets) and len(found) < want and examined < budget:
+        count = min(count, budget - examined)
+        position, batch = targets[index].scan(position, match=pattern, count=count)
+        examined += count
+        for key in batch:
+            found[key.decode("utf-8", "replace") if isinstance(key, bytes) else key] = None
+        if position == 0:
+            index += 1
+        if len(batch) * 2 < count:
+            count = min(count * 4, MAX_SCAN_COUNT)
+    next_cursor = f"{index}:{position}" if index < len(targets) else None
+    return ScanStep(list(found), next_cursor, examined)

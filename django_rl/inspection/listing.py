@@ -1,0 +1,149 @@
+"""One page of live counters: what the admin page, its JSON and ``ratelimit top`` ask for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from redis.exceptions import RedisError
+
+from django_rl.backends import get_backend
+from django_rl.conf import get_settings
+from django_rl.exceptions import BackendError, ConfigurationError
+from django_rl.inspection.keyspace import (
+    FIRST_PAGE,
+    SCAN_BUDGET,
+    check_filters,
+    match_pattern,
+    operator_identity,
+    parse_cursor,
+    parse_key,
+    scan_keys,
+    scan_targets,
+)
+from django_rl.inspection.rows import Row, lookup_rows, read_rows
+from django_rl.policies import Policy, get_policy
+
+#: Rows a page aims at, by default and at most.
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+
+
+@dataclass(frozen=True)
+class Query:
+    """What to list.
+
+    :ivar policy: only this policy's keys (any valid policy name, configured
+        or not), or all.
+    :ivar identity: an identity, or the start of one, as keys hold it (see
+        ``operator_identity`` for the exact search of a raw identity).
+    :ivar exact: ``identity`` is a whole identity: its keys are computed for
+        each configured policy instead of searched for.
+    :ivar cursor: where the page starts (``Page.next_cursor`` of the last one).
+    """
+
+    policy: str | None = None
+    identity: str = ""
+    exact: bool = False
+    cursor: str = FIRST_PAGE
+    page_size: int = PAGE_SIZE
+    budget: int = SCAN_BUDGET
+
+    def __post_init__(self) -> None:
+        """Check every field, so a bad query fails before it reaches Redis.
+
+        :raises ValueError: with a message fit to show the person who asked.
+        """
+        parse_cursor(self.cursor)
+        if not 1 <= self.page_size <= MAX_PAGE_SIZE:
+            raise ValueError(f"page size must be from 1 to {MAX_PAGE_SIZE}")
+        if self.budget < 1:
+            raise ValueError("the scan budget must be at least 1")
+        if self.exact and not self.identity:
+            raise ValueError("an exact search needs an identity")
+        if not self.exact:
+            check_filters(self.policy, self.identity)
+        elif self.policy is not None:
+            check_filters(self.policy, "")
+
+
+@dataclass(frozen=True)
+class Page:
+    """Rows, heaviest first, and where the walk through the keyspace stands.
+
+    :ivar next_cursor: the next page's cursor; ``None`` when there is none.
+    :ivar examined: keys SCAN looked at for this page (0 for an exact search).
+    :ivar keys_in_redis: every key in the Redis databases walked (DBSIZE),
+        this app's and others'.
+    :ivar skipped: keys under the prefix that are not of this app's form.
+    """
+
+    query: Query
+    rows: list[Row] = field(default_factory=list)
+    next_cursor: str | None = None
+    examined: int = 0
+    keys_in_redis: int = 0
+    skipped: int = 0
+
+
+def list_counters(query: Query) -> Page:
+    """Return one page of counters; the work is bounded whatever the keyspace's size.
+
+    :raises BackendError: if Redis cannot answer.
+    :raises ConfigurationError: if the settings are invalid, or an exact
+        search names a policy that is not configured.
+    """
+    settings = get_settings()
+    backend = get_backend(settings.connection)
+    try:
+        targets = scan_targets(backend)
+        keys_in_redis = sum(int(target.dbsize()) for target in targets)
+        if query.exact:
+            names = [query.policy] if query.policy else list(settings.policies)
+            policies = configured_policies(names, strict=query.policy is not None)
+            rows = lookup_rows(backend, policies, operator_identity(query.identity))
+            return Page(query, rows, keys_in_redis=keys_in_redis)
+        pattern = match_pattern(settings.key_prefix, query.policy, query.identity)
+        step = scan_keys(targets, pattern, query.cursor, want=query.page_size, budget=query.budget)
+        parsed = [parse_key(settings.key_prefix, key) for key in step.keys]
+        rows = read_rows(backend, (p for p in parsed if p is not None))
+    except RedisError as exc:
+        raise BackendError(f"could not read the rate-limit counters: {exc}") from exc
+    return Page(
+        query,
+        rows,
+        next_cursor=step.next_cursor,
+        examined=step.examined,
+        keys_in_redis=keys_in_redis,
+        skipped=parsed.count(None),
+    )
+
+
+def configured_policies(names: list[str] | None = None, *, strict: bool = False) -> list[Policy]:
+    """Return the policies named (all configured ones by default) that can be built.
+
+    A policy whose settings are invalid is left out (``manage.py check``
+    reports it; it can have made no decision), unless ``strict``.
+
+    :raises ConfigurationError: with ``strict``, for an unknown or invalid one.
+    """
+    if names is None:
+        names = list(get_settings().policies)
+    policies = []
+    for name in names:
+        try:
+            policies.append(get_policy(name))
+        except ConfigurationError:
+            if strict:
+                raise
+    return policies
+
+
+def reset_everywhere(identity: str) -> dict[str, int]:
+    """Reset ``identity`` under every configured policy, through ``Policy.reset``.
+
+    ``identity`` is raw or a ``KeyIdentity`` (see ``operator_identity``).
+    Return the keys deleted, per policy name.
+
+    :raises BackendError: if Redis cannot answer.
+    """
+    return {policy.name: policy.reset(identity) for policy in configured_policies()}

@@ -1,0 +1,270 @@
+"""Rows of the live counters: the state of a page of keys, read in one pipeline.
+
+One row per (policy, identity, fingerprint). A row whose fingerprint is the
+policy's current one is *live*: its state is what ``Policy.peek`` would see,
+read with the algorithm's own peek (``queue_peek``) for every row at once.
+Keys left by an earlier configuration of a policy (another fingerprint) are
+*stale*, and keys of a policy that is no longer configured (or whose settings
+are now invalid) are *unconfigured*: no decision reads either kind, so they
+are shown with the time until they expire, are never counted, and cannot be
+reset from here (they go away by their TTL).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django_rl.algorithms import Reading
+from django_rl.backends import run_reads
+from django_rl.exceptions import ConfigurationError
+from django_rl.keys import KeyIdentity, safe_identity
+from django_rl.policies import Policy, get_policy
+
+if TYPE_CHECKING:
+    from redis.client import Pipeline
+
+    from django_rl.backends import RedisBackend
+    from django_rl.inspection.keyspace import ParsedKey
+
+LIVE = "live"
+STALE = "stale"
+UNCONFIGURED = "unconfigured"
+
+_ORDER = {LIVE: 0, STALE: 1, UNCONFIGURED: 2}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One (policy, identity) as the page and ``manage.py ratelimit top`` show it.
+
+    Numbers are those of a hit of cost 1 now (see ``Decision``); ``used`` is
+    ``Reading.used``. For stale and unconfigured rows only ``reset_after`` is
+    known: the time until their keys expire.
+    """
+
+    policy: str
+    identity: KeyIdentity
+    status: str
+    keys: tuple[str, ...]
+    algorithm: str = ""
+    limit: int = 0
+    used: float = 0
+    remaining: int = 0
+    denied: bool = False
+    retry_after: float = 0.0
+    reset_after: float = 0.0
+    detail: str = ""
+
+    @property
+    def usage(self) -> float:
+        """Return the share of the limit in use (above 1 for an over-counted fixed window)."""
+        return self.used / self.limit if self.limit else 0.0
+
+    @property
+    def selector(self) -> str:
+        """Return ``policy:identity``, how reset forms name the row (policy names have no ``:``)."""
+        return f"{self.policy}:{self.identity}"
+
+    @property
+    def retry_text(self) -> str:
+        """Return ``retry_after`` for people (see :func:`format_duration`)."""
+        return format_duration(self.retry_after)
+
+    @property
+    def reset_text(self) -> str:
+        """Return ``reset_after`` for people (see :func:`format_duration`)."""
+        return format_duration(self.reset_after)
+
+    @property
+    def used_text(self) -> str:
+        """Return ``used`` for people: whole, or to a tenth rounded up (a refilling bucket)."""
+        return f"{math.ceil(self.used * 10) / 10:g}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the row as JSON-ready values."""
+        return {
+            "policy": self.policy,
+            "identity": str(self.identity),
+            "status": self.status,
+            "algorithm": self.algorithm,
+            "limit": self.limit,
+            "used": self.used,
+            "remaining": self.remaining,
+            "denied": self.denied,
+            "retry_after": self.retry_after,
+            "reset_after": self.reset_after,
+            "detail": self.detail,
+            "keys": list(self.keys),
+        }
+
+
+def format_duration(seconds: float) -> str:
+    """Return a duration the way a person reads it: ``0.4 s``, ``42 s``, ``3 min 5 s``, ``2 h``.
+
+    Rounded up, so a wait is never shown shorter than it is.
+    """
+    if seconds <= 0:
+        return "0 s"
+    if seconds < 10:
+        return f"{math.ceil(seconds * 10) / 10:g} s"
+    whole = math.ceil(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return _two_units(whole // 60, "min", whole % 60, "s")
+    if whole < 86400:
+        return _two_units(whole // 3600, "h", math.ceil(whole % 3600 / 60), "min")
+    return _two_units(whole // 86400, "d", math.ceil(whole % 86400 / 3600), "h")
+
+
+def _two_units(big: int, big_unit: str, small: int, small_unit: str) -> str:
+    return f"{big} {big_unit} {small} {small_unit}" if small else f"{big} {big_unit}"
+
+
+def sort_rows(rows: Iterable[Row]) -> list[Row]:
+    """Return live rows first, heaviest usage first, then stale and unconfigured ones."""
+    return sorted(rows, key=lambda r: (_ORDER[r.status], -r.usage, r.policy, r.identity))
+
+
+#: Reads one row from the pipeline's replies; ``None`` when its keys are gone.
+RowReader = Callable[[Iterator[Any]], "Row | None"]
+
+
+def read_rows(backend: RedisBackend, keys: Iterable[ParsedKey]) -> list[Row]:
+    """Return the rows of ``keys``, their state read in one pipeline, sorted.
+
+    :raises redis.exceptions.RedisError: if Redis cannot answer.
+    """
+    groups: dict[tuple[str, KeyIdentity, str], list[str]] = {}
+    for parsed in keys:
+        groups.setdefault((parsed.policy, parsed.identity, parsed.fingerprint), []).append(
+            parsed.key
+        )
+    policies = {name: _policy_or_none(name) for name, _, _ in groups}
+
+    def queue(pipe: Pipeline) -> list[RowReader]:
+        readers = []
+        for (name, identity, fp), group in groups.items():
+            policy = policies[name]
+            if policy is not None and policy.fingerprint == fp:
+                readers.append(_queue_live(pipe, policy, identity, tuple(group)))
+            else:
+                status = STALE if policy is not None else UNCONFIGURED
+                readers.append(_queue_expiring(pipe, name, identity, tuple(group), status))
+        return readers
+
+    readers, replies = run_reads(backend.client, queue)
+    return _collect(readers, replies)
+
+
+def lookup_rows(backend: RedisBackend, policies: Sequence[Policy], identity: str) -> list[Row]:
+    """Return the live rows of one identity under ``policies``, read in one pipeline.
+
+    The keys are computed, not searched for, so this is as fast with a
+    million keys as with ten. ``identity`` is raw (made safe like a
+    request's) or a :class:`KeyIdentity`.
+
+    :raises redis.exceptions.RedisError: if Redis cannot answer.
+    """
+    stored = KeyIdentity(safe_identity(identity))
+
+    def queue(pipe: Pipeline) -> list[RowReader]:
+        readers = []
+        for policy in policies:
+            keys = policy.algorithm.keys(backend, policy.key(stored))
+            for key in keys:
+                pipe.exists(key)
+            readers.append(_queue_existing(pipe, policy, stored, keys))
+        return readers
+
+    readers, replies = run_reads(backend.client, queue)
+    return _collect(readers, replies)
+
+
+def _collect(readers: list[RowReader], replies: list[Any]) -> list[Row]:
+    stream = iter(replies)
+    rows = [read(stream) for read in readers]
+    return sort_rows(row for row in rows if row is not None)
+
+
+def _policy_or_none(name: str) -> Policy | None:
+    try:
+        return get_policy(name)
+    except ConfigurationError:  # not configured (any more), or its settings are invalid
+        return None
+
+
+def _queue_live(
+    pipe: Pipeline, policy: Policy, identity: KeyIdentity, keys: tuple[str, ...]
+) -> RowReader:
+    read = policy.algorithm.queue_peek(pipe, policy.backend, policy.key(identity))
+    return lambda replies: _live_row(policy, identity, keys, read(replies))
+
+
+def _queue_existing(
+    pipe: Pipeline, policy: Policy, identity: KeyIdentity, keys: list[str]
+) -> RowReader:
+    read = policy.algorithm.queue_peek(pipe, policy.backend, policy.key(identity))
+
+    def row(replies: Iterator[Any]) -> Row | None:
+        existing = tuple(key for key in keys if next(replies))
+        reading = read(replies)
+        return _live_row(policy, identity, existing, reading) if existing else None
+
+    return row
+
+
+def _live_row(
+    policy: Policy, identity: KeyIdentity, keys: tuple[str, ...], reading: Reading
+) -> Row | None:
+    if reading.used <= 0:
+        return None  # the state expired or was reset between SCAN and this read
+    outcome = reading.outcome
+    return Row(
+        policy=policy.name,
+        identity=identity,
+        status=LIVE,
+        keys=keys,
+        algorithm=policy.algorithm.name,
+        limit=policy.limit,
+        used=reading.used,
+        remaining=outcome.remaining,
+        denied=not outcome.allowed,
+        retry_after=outcome.retry_after_ms / 1000,
+        reset_after=outcome.reset_after_ms / 1000,
+        detail=reading.detail,
+    )
+
+
+def _queue_expiring(
+    pipe: Pipeline, policy: str, identity: KeyIdentity, keys: tuple[str, ...], status: str
+) -> RowReader:
+    for key in keys:
+        pipe.pttl(key)
+    detail = (
+        "left by an earlier configuration of this policy; unused, it expires by its TTL"
+        if status == STALE
+        else "policy not configured (or invalid); unused, it expires by its TTL"
+    )
+
+    def row(replies: Iterator[Any]) -> Row | None:
+        # PTTL: -2 for a key that is gone, -1 for one without a TTL (it
+        # would be healed by a hit, but no hit reads stale state).
+        ttls = [next(replies) for _ in keys]
+        alive = tuple(key for key, ttl in zip(keys, ttls, strict=True) if ttl != -2)
+        if not alive:
+            return None
+        reset_ms = max(ttls)
+        return Row(
+            policy=policy,
+            identity=identity,
+            status=status,
+            keys=alive,
+            reset_after=reset_ms / 1000 if reset_ms > 0 else 0.0,
+            detail=detail if reset_ms != -1 else "unused, and it has no TTL: delete it by hand",
+        )
+
+    return row

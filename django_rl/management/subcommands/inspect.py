@@ -1,0 +1,88 @@
+"""``ratelimit inspect POLICY IDENTITY``: the Decision as ``peek`` sees it, and the raw keys."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from django_rl.backends import run_reads
+from django_rl.inspection import operator_identity
+from django_rl.inspection.rows import format_duration
+from django_rl.keys import safe_identity
+from django_rl.management.subcommands.output import table
+from django_rl.policies import get_policy
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.client import Pipeline
+
+HELP = "Show what a hit of IDENTITY under POLICY would be told now, and its keys in Redis."
+
+
+def add_arguments(parser: CommandParser) -> None:
+    parser.add_argument("policy", help="a policy name")
+    parser.add_argument(
+        "identity",
+        help="the identity, raw (ip:203.0.113.9) or as the admin shows it (x-api-key:~3f2a...)",
+    )
+
+
+def handle(command: BaseCommand, options: dict[str, Any]) -> None:
+    policy = get_policy(options["policy"])
+    identity = operator_identity(options["identity"])
+    decision = policy.peek(identity)
+    write = command.stdout.write
+    write(f"policy       {policy.name} ({policy.algorithm.description})")
+    write(f"identity     {safe_identity(identity)}")
+    write(f"allowed      {'yes' if decision.allowed else 'no'}")
+    write(f"limit        {decision.limit}")
+    write(f"remaining    {decision.remaining}")
+    write(f"retry after  {format_duration(decision.retry_after)}")
+    write(f"reset after  {format_duration(decision.reset_after)}")
+    keys = policy.algorithm.keys(policy.backend, policy.key(identity))
+    rows = _describe(policy.backend.client, keys)
+    if not rows:
+        write("keys         none: no state under this policy")
+        return
+    write("keys")
+    write(table(["  key", "type", "ttl", "value"], rows, numeric=frozenset()))
+
+
+def _describe(client: Redis, keys: list[str]) -> list[list[str]]:
+    """Return (key, type, ttl, value) of the keys that exist, in two round trips."""
+
+    def types_and_ttls(pipe: Pipeline) -> None:
+        for key in keys:
+            pipe.type(key)
+            pipe.pttl(key)
+
+    _, replies = run_reads(client, types_and_ttls)
+    found = [
+        (key, _text(kind), ttl)
+        for key, kind, ttl in zip(keys, replies[::2], replies[1::2], strict=True)
+        if _text(kind) != "none"
+    ]
+    readers = {"string": "get", "zset": "zcard", "hash": "hgetall"}
+
+    def values(pipe: Pipeline) -> None:
+        for key, kind, _ in found:
+            getattr(pipe, readers.get(kind, "type"))(key)
+
+    _, contents = run_reads(client, values)
+    return [
+        [f"  {key}", kind, format_duration(ttl / 1000) if ttl >= 0 else "none", _value(kind, v)]
+        for (key, kind, ttl), v in zip(found, contents, strict=True)
+    ]
+
+
+def _value(kind: str, value: Any) -> str:
+    if kind == "zset":
+        return f"{value} entries"
+    if kind == "hash":
+        return " ".join(f"{_text(k)}={_text(v)}" for k, v in sorted(value.items()))
+    return _text(value)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

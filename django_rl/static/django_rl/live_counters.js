@@ -1,0 +1,114 @@
+// The live counters page keeps itself fresh: it asks the JSON endpoint for
+// the same page every few seconds and swaps the rows and the summary in
+// place. Checked rows stay checked. Plain JavaScript, no dependencies.
+"use strict";
+(function () {
+  const root = document.querySelector(".rl-live");
+  if (!root) {
+    return;
+  }
+  const url = root.dataset.url;
+  const interval = Number(root.dataset.interval) || 3000;
+  const rows = root.querySelector("[data-rl=rows]");
+  const summary = root.querySelector("[data-rl=summary]");
+  const updated = root.querySelector("[data-rl=updated]");
+  const pauseButton = root.querySelector("[data-rl=pause]");
+  const errorBox = root.querySelector("[data-rl=error]");
+  const selectAll = root.querySelector("[data-rl=select-all]");
+  let paused = false;
+  let timer = null;
+  let request = null;
+
+  function showTime(iso) {
+    updated.dateTime = iso;
+    updated.textContent = new Date(iso).toLocaleTimeString();
+  }
+
+  function showError(message) {
+    errorBox.textContent = message;
+    errorBox.hidden = !message;
+    root.dataset.state = message ? "error" : "live";
+  }
+
+  function render(data) {
+    const checked = new Set(
+      Array.from(rows.querySelectorAll("input[name=rows]:checked"), (box) => box.value)
+    );
+    rows.innerHTML = data.tbody;
+    for (const box of rows.querySelectorAll("input[name=rows]")) {
+      box.checked = checked.has(box.value);
+    }
+    summary.innerHTML = data.summary;
+    showTime(data.updated);
+  }
+
+  async function refresh() {
+    timer = null;
+    const controller = new AbortController();
+    request = controller;
+    try {
+      const response = await fetch(url, {
+        headers: { Accept: "application/json" },
+        credentials: "same-origin",
+        cache: "no-store",
+        signal: controller.signal,
+      });
+      const data = await response.json().catch(() => null);
+      if (data === null) {
+        throw new Error("The server did not answer with counters (signed out?). Reload the page.");
+      }
+      if (!response.ok) {
+        throw new Error(data.error || "The server answered " + response.status + ".");
+      }
+      render(data);
+      showError("");
+    } catch (error) {
+      if (error.name !== "AbortError") {
+        showError(error.message);
+      }
+    } finally {
+      if (request === controller) {
+        request = null;
+      }
+      schedule();
+    }
+  }
+
+  function schedule() {
+    if (!paused && timer === null && request === null) {
+      timer = setTimeout(refresh, interval);
+    }
+  }
+
+  function setPaused(value) {
+    paused = value;
+    root.dataset.paused = String(paused);
+    pauseButton.textContent = paused ? "Resume" : "Pause";
+    pauseButton.setAttribute("aria-pressed", String(paused));
+    if (paused) {
+      clearTimeout(timer);
+      timer = null;
+      if (request !== null) {
+        request.abort();
+        request = null;
+      }
+    } else {
+      refresh();
+    }
+  }
+
+  pauseButton.addEventListener("click", () => setPaused(!paused));
+  if (selectAll) {
+    selectAll.addEventListener("change", () => {
+      for (const box of rows.querySelectorAll("input[name=rows]")) {
+        box.checked = selectAll.checked;
+      }
+    });
+  }
+  if (updated.dateTime) {
+    showTime(updated.dateTime);
+  }
+  root.dataset.paused = "false";
+  root.dataset.state = errorBox.hidden ? "live" : "error";
+  schedule();
+})();

@@ -1,0 +1,244 @@
+"""The live counters page in a real headless Chromium (Debian's, driven by Playwright).
+
+``make test`` installs the ``chromium`` package when it is missing, so these
+tests run everywhere the suite runs; they are never skipped. Set
+``DJANGO_RL_SCREENSHOT=docs/admin-live-counters.png`` to also write the
+page's screenshot where the docs show it (``make screenshot``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.test import override_settings
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from django_rl import admin_views, get_policy
+from django_rl.keys import safe_identity
+from tests.redis_server import caches_for, free_port
+
+CHROMIUM = "/usr/bin/chromium"
+# A fresh profile comes from launch() itself (a temporary user-data dir,
+# removed on close). The rest keeps Chromium off the network: without them it
+# keeps trying to reach Google's services, which a closed network answers with
+# nothing but delays.
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+]
+PAGE = "/admin/django_rl/livecounter/"
+POLL_MS = 300
+IDENTITY = "ip:203.0.113.77"
+KEY_WITH_SPACES = "x-api-key:Bearer 9f86d081"  # digested in keys
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium for the module, closed (and its processes gone) at the end."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package")
+    with pytest.MonkeyPatch.context() as patch:
+        # Playwright's sync API keeps an event loop running in this thread,
+        # which Django takes for an async context; the tests' own database
+        # calls are plain synchronous code on the main thread.
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        playwright = sync_playwright().start()
+        try:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            try:
+                yield browser
+            finally:
+                browser.close()
+        finally:
+            playwright.stop()
+
+
+@pytest.fixture(autouse=True)
+def _poll_fast(monkeypatch):
+    monkeypatch.setattr(admin_views, "POLL_INTERVAL_MS", POLL_MS)
+
+
+def new_page(browser: Browser, live_server, **options) -> Page:
+    context = browser.new_context(base_url=live_server.url, **options)
+    context.set_default_timeout(10_000)
+    return context.new_page()
+
+
+@pytest.fixture
+def page(browser, live_server) -> Iterator[Page]:
+    """A page in a browser context of its own: no cookies from other tests."""
+    page = new_page(browser, live_server)
+    try:
+        yield page
+    finally:
+        page.context.close()
+
+
+def log_in(page: Page, username: str, password: str) -> None:
+    page.goto("/admin/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/")
+
+
+def row(page: Page, policy: str, identity: str) -> str:
+    return f'tr[data-selector="{policy}:{identity}"]'
+
+
+def test_a_superuser_watches_a_new_client_appear_live_and_resets_it(page, admin_user):
+    log_in(page, "admin", "password")
+    page.get_by_role("link", name="Live counters", exact=True).click()
+    page.wait_for_url(f"**{PAGE}")
+    assert page.inner_text("#content h1") == "Live counters"
+    page.evaluate("window.notReloaded = true")
+    navigations = []
+    page.on("framenavigated", lambda frame: navigations.append(frame.url))
+
+    for _ in range(3):
+        get_policy("login").hit(IDENTITY)
+    page.wait_for_selector(row(page, "login", IDENTITY))
+    assert page.inner_text(f"{row(page, 'login', IDENTITY)} .rl-used").strip() == "3 / 5"
+
+    for _ in range(2):
+        get_policy("login").hit(IDENTITY)
+    page.wait_for_selector(f"{row(page, 'login', IDENTITY)}.rl-denied")
+    cells = page.text_content(row(page, "login", IDENTITY))
+    assert "5 / 5" in cells and "Denied" in cells and "5 entries in the log" in cells
+    assert page.evaluate("window.notReloaded") is True
+    assert navigations == []
+    assert page.inner_text("[data-rl=updated]") != ""
+
+    page.check(f'{row(page, "login", IDENTITY)} input[name="rows"]')
+    page.click('input[value="Reset selected"]')
+    page.wait_for_url("**/reset/")
+    assert f"{IDENTITY} under login" in page.inner_text("#content")
+    page.click('input[value="Yes, reset"]')
+    page.wait_for_url(f"**{PAGE}?*")
+    assert page.inner_text("ul.messagelist") == "Reset 1 counter: 1 key deleted."
+    assert page.query_selector(row(page, "login", IDENTITY)) is None
+    assert get_policy("login").peek(IDENTITY).remaining == 5
+
+
+def test_pause_holds_the_page_still_until_resumed(page, admin_user):
+    log_in(page, "admin", "password")
+    page.goto(PAGE)
+    page.click("[data-rl=pause]")
+    assert page.inner_text("[data-rl=pause]") == "Resume"
+    get_policy("per_minute").hit(IDENTITY)
+    page.wait_for_timeout(POLL_MS * 5)
+    assert page.query_selector(row(page, "per_minute", IDENTITY)) is None
+    page.click("[data-rl=pause]")
+    page.wait_for_selector(row(page, "per_minute", IDENTITY))
+    assert page.inner_text("[data-rl=pause]") == "Pause"
+
+
+def test_the_page_says_when_redis_is_down_and_recovers_by_itself(page, admin_user):
+    log_in(page, "admin", "password")
+    get_policy("login").hit(IDENTITY)
+    page.goto(PAGE)
+    page.wait_for_selector(row(page, "login", IDENTITY))
+    with override_settings(CACHES=caches_for(f"redis://127.0.0.1:{free_port()}/0")):
+        page.wait_for_selector("[data-rl=error]:not([hidden])")
+        assert page.text_content("[data-rl=error]").startswith("Redis could not be read")
+        assert page.is_visible(row(page, "login", IDENTITY))  # the last rows stay
+    page.wait_for_selector("[data-rl=error]", state="hidden")
+    assert page.is_visible(row(page, "login", IDENTITY))
+
+
+def test_an_anonymous_browser_is_sent_to_the_login_page(page):
+    page.goto(PAGE)
+    assert page.url.endswith(f"/admin/login/?next={PAGE}")
+    assert page.is_visible("#id_username")
+
+
+def test_staff_without_the_permission_get_403(page, django_user_model):
+    django_user_model.objects.create_user("clerk", password="pw", is_staff=True)
+    log_in(page, "clerk", "pw")
+    assert "Live counters" not in page.inner_text("#content")
+    response = page.goto(PAGE)
+    assert response is not None and response.status == 403
+
+
+def fill_for_screenshot(redis_client) -> None:
+    """Make the kinds of rows an operator meets: denied, heavy, digested, stale, unconfigured."""
+    for _ in range(5):
+        get_policy("login").hit("ip:203.0.113.9")
+    for _ in range(3):
+        get_policy("login").hit("ip:198.51.100.23")
+    for _ in range(9):
+        get_policy("api").hit("user:42")
+    get_policy("api").hit("user:7")
+    for _ in range(2):
+        get_policy("burst").hit("ip:192.0.2.10")
+    get_policy("writes").hit(KEY_WITH_SPACES)
+    redis_client.set("rl:login:{ip:198.51.100.4}:0badc0de", 3, px=1_500_000)
+    redis_client.zadd("rl:export:{user:42}:1f2e3d4c", {"1000": 1}, nx=True)
+    redis_client.pexpire("rl:export:{user:42}:1f2e3d4c", 600_000)
+
+
+def background(page: Page, selector: str) -> tuple[str, str]:
+    """Return (the colour of --message-error-bg, the background of ``selector``'s first cell)."""
+    return tuple(
+        page.evaluate(
+            """(selector) => {
+                const probe = document.createElement("div");
+                probe.style.background = "var(--message-error-bg)";
+                document.body.append(probe);
+                const wanted = getComputedStyle(probe).backgroundColor;
+                probe.remove();
+                const cell = document.querySelector(selector + " td");
+                return [wanted, getComputedStyle(cell).backgroundColor];
+            }""",
+            selector,
+        )
+    )
+
+
+def test_screenshot_and_the_admin_themes(
+    browser, live_server, admin_client, redis_client, tmp_path
+):
+    fill_for_screenshot(redis_client)
+    cookie = admin_client.cookies["sessionid"].value
+    colours = {}
+    for scheme in ("light", "dark"):
+        page = new_page(
+            browser, live_server, color_scheme=scheme, viewport={"width": 1280, "height": 720}
+        )
+        try:
+            host = live_server.url.split("//", 1)[1].split(":")[0]
+            page.context.add_cookies(
+                [{"name": "sessionid", "value": cookie, "domain": host, "path": "/"}]
+            )
+            page.goto(PAGE)
+            denied = row(page, "login", "ip:203.0.113.9")
+            page.wait_for_selector(f"{denied}.rl-denied")
+            assert page.is_visible(row(page, "login", "ip:198.51.100.4") + ".rl-stale")
+            assert page.is_visible(row(page, "export", "user:42") + ".rl-unconfigured")
+            assert page.is_visible(row(page, "writes", safe_identity(KEY_WITH_SPACES)))
+            wanted, got = background(page, denied)
+            assert wanted == got  # the page paints with the admin's own variable
+            colours[scheme] = got
+            if scheme == "light":
+                shot = tmp_path / "live-counters.png"
+                page.screenshot(path=str(shot), full_page=True)
+                assert shot.stat().st_size > 10_000
+                target = os.environ.get("DJANGO_RL_SCREENSHOT")
+                if target:
+                    shutil.copyfile(shot, Path(target))
+        finally:
+            page.context.close()
+    assert colours["light"] != colours["dark"]  # the dark theme applies
