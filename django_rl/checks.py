@@ -16,6 +16,9 @@ django_rl.E010  a parameter has a bad value (e.g. capacity)
 django_rl.E011  a policy's key names no identity function
 django_rl.E012  DEFAULT_POLICY names no policy
 django_rl.E013  a view names a policy that does not exist
+django_rl.E050  HEADERS is not "ietf", "legacy", "both" or None
+django_rl.E051  RATELIMITED_VIEW is not the dotted path of a sync view
+django_rl.E052  a DRF view's throttle_policies is not a list of names
 =============== ==========================================================
 """
 
@@ -30,7 +33,12 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
 from django_rl.conf import DEFAULTS, raw_settings
-from django_rl.validation import Problem, policy_problems, settings_problems
+from django_rl.validation import (
+    Problem,
+    policy_problems,
+    ratelimited_view_problems,
+    settings_problems,
+)
 
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
 
@@ -48,6 +56,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             for name, spec in policies.items():
                 problems += policy_problems(name, spec, num_proxies=num_proxies)
             problems += _reference_problems(merged["DEFAULT_POLICY"], policies)
+        if all(p.id != "django_rl.E051" for p in problems):  # its form is right: import it
+            problems += ratelimited_view_problems(merged["RATELIMITED_VIEW"])
     return [Error(p.msg, hint=p.hint, id=p.id) for p in problems]
 
 
@@ -96,7 +106,16 @@ def _reference_problems(default_policy: object, policies: Mapping[Any, Any]) -> 
             )
         )
     for where, name in _policies_named_by_views():
-        if name not in policies:
+        if name is None:
+            problems.append(
+                Problem(
+                    "django_rl.E052",
+                    f"{where} has throttle_policies that are not a list of policy names",
+                    "Write e.g. throttle_policies = ['burst', 'daily'] (a list or tuple "
+                    "of names; a bare string is a common slip).",
+                )
+            )
+        elif name not in policies:
             problems.append(
                 Problem(
                     "django_rl.E013",
@@ -107,8 +126,11 @@ def _reference_problems(default_policy: object, policies: Mapping[Any, Any]) -> 
     return problems
 
 
-def _policies_named_by_views() -> Iterator[tuple[str, str]]:
-    """Yield (view, policy name) for every @ratelimit and PolicyThrottle scope in the URLconf."""
+def _policies_named_by_views() -> Iterator[tuple[str, str | None]]:
+    """Yield (view, policy name) for every @ratelimit and PolicyThrottle name in the URLconf.
+
+    The name is ``None`` for a view whose ``throttle_policies`` is malformed.
+    """
     try:
         patterns = list(_walk(get_resolver().url_patterns))
     except Exception:
@@ -121,13 +143,21 @@ def _policies_named_by_views() -> Iterator[tuple[str, str]]:
         # decorated class can show its names twice.
         names = set(getattr(callback, "django_rl_policies", ()))
         names.update(getattr(view, "django_rl_policies", ()))
-        scope = getattr(view, "throttle_scope", None)
-        if throttle is not None and isinstance(scope, str):
-            classes = getattr(view, "throttle_classes", ())
-            if any(isinstance(c, type) and issubclass(c, throttle) for c in classes):
+        where = f"view {pattern.lookup_str!r}"
+        classes = getattr(view, "throttle_classes", ())
+        if throttle is not None and any(
+            isinstance(c, type) and issubclass(c, throttle) for c in classes
+        ):
+            scope = getattr(view, "throttle_scope", None)
+            if isinstance(scope, str):
                 names.add(scope)
+            more = getattr(view, "throttle_policies", ())
+            if isinstance(more, (list, tuple)) and all(isinstance(n, str) for n in more):
+                names.update(more)
+            else:
+                yield where, None
         for name in sorted(names):
-            yield f"view {pattern.lookup_str!r}", name
+            yield where, name
 
 
 def _walk(patterns: list[Any]) -> Iterator[URLPattern]:

@@ -25,6 +25,8 @@ DEFAULTS: Mapping[str, Any] = {
     "NUM_PROXIES": 0,
     "DEFAULT_POLICY": None,
     "POLICIES": {},
+    "HEADERS": "ietf",
+    "RATELIMITED_VIEW": None,
 }
 
 
@@ -38,6 +40,8 @@ class Settings:
     num_proxies: int
     default_policy: str | None
     policies: Mapping[str, Any]
+    headers: str | None = "ietf"
+    ratelimited_view: str | None = None
 
 
 def raw_settings() -> object:
@@ -68,6 +72,8 @@ def get_settings() -> Settings:
         num_proxies=merged["NUM_PROXIES"],
         default_policy=merged["DEFAULT_POLICY"],
         policies=merged["POLICIES"],
+        headers=merged["HEADERS"],
+        ratelimited_view=merged["RATELIMITED_VIEW"],
     )
 
 

@@ -1,4 +1,14 @@
-"""``@ratelimit``: rate-limit a Django view with named policies."""
+"""``@ratelimit``: rate-limit a Django view with named policies.
+
+Async views: the decision (identity function, Redis round trip, and the 429
+if one is due) runs in ``sync_to_async`` with ``thread_sensitive=True``, off
+the event loop. Under Django's ASGI handler every request has its own such
+thread (``ThreadSensitiveContext``), so decisions of concurrent requests run
+side by side, and an identity function that reads ``request.user`` (a
+session and database lookup) runs where Django runs the request's other sync
+code, with the same database connection. Only the header formatting runs on
+the loop. See docs/http.md for the measurements behind this choice.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +20,8 @@ from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse
 from django.utils.decorators import method_decorator
 
+from django_rl.exceptions import RateLimited
+from django_rl.headers import record, recorded, write_headers
 from django_rl.policies import get_policy
 from django_rl.responses import too_many_requests
 
@@ -22,14 +34,18 @@ def check_request(
     """Hit every named policy for ``request``; return a 429 if any denies, else None.
 
     Every policy counts the request, even once one has denied it, the way DRF
-    runs all of a view's throttles.
+    runs all of a view's throttles. The Decisions are recorded on the request
+    (``headers.record``), for the rate-limit headers of its response.
     """
-    denied = []
+    decisions = []
     for name in policies:
         decision = get_policy(name).hit_request(request, cost)
-        if decision is not None and not decision.allowed:
-            denied.append(decision)
-    return too_many_requests(denied) if denied else None
+        if decision is not None:
+            decisions.append(decision)
+    record(request, decisions)
+    if all(decision.allowed for decision in decisions):
+        return None
+    return too_many_requests(request, RateLimited(decisions))
 
 
 def ratelimit(
@@ -41,6 +57,8 @@ def ratelimit(
     decorate the class (its ``dispatch`` is wrapped) or use
     ``method_decorator(ratelimit(...), name="dispatch")``. A denied request
     gets 429 Too Many Requests with ``Retry-After``; the view does not run.
+    Responses to counted requests, allowed or denied, carry the rate-limit
+    headers ``DJANGO_RL["HEADERS"]`` asks for.
 
     :param policies: one or more policy names; every one must allow.
     :param methods: HTTP methods that count, e.g. ``["POST"]``; others pass
@@ -63,11 +81,15 @@ def ratelimit(
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 if applies(request):
-                    # The round trip runs in a worker thread, off the event loop.
-                    denied = await sync_to_async(check_request)(request, names, cost)
+                    # Off the event loop, in the request's sync thread (see above).
+                    denied = await sync_to_async(check_request, thread_sensitive=True)(
+                        request, names, cost
+                    )
                     if denied is not None:
                         return denied
-                return await view(request, *args, **kwargs)
+                response = await view(request, *args, **kwargs)
+                write_headers(response, recorded(request))
+                return response
 
             wrapper: Any = async_wrapper
         else:
@@ -78,7 +100,9 @@ def ratelimit(
                     denied = check_request(request, names, cost)
                     if denied is not None:
                         return denied
-                return view(request, *args, **kwargs)
+                response = view(request, *args, **kwargs)
+                write_headers(response, recorded(request))
+                return response
 
             wrapper = sync_wrapper
         wrapper.django_rl_policies = names

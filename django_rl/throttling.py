@@ -2,44 +2,101 @@
 
 Add ``django_rl.throttling.PolicyThrottle`` to ``DEFAULT_THROTTLE_CLASSES`` (or
 a view's ``throttle_classes``) and name the policy in the view's
-``throttle_scope``, DRF's own convention. A view without a scope is not
-limited unless ``DJANGO_RL["DEFAULT_POLICY"]`` names a policy. Denied requests
-get DRF's own ``Throttled`` error: 429 with ``Retry-After`` and ``wait``.
+``throttle_scope``, DRF's own convention, and any more in
+``throttle_policies``. A view with neither is not limited unless
+``DJANGO_RL["DEFAULT_POLICY"]`` names a policy. Denied requests get DRF's own
+``Throttled`` error: 429 with ``Retry-After`` and ``wait``.
+
+The throttle only decides. It records its Decisions on the request and puts
+the rate-limit headers in the view's ``headers``, which DRF's
+``finalize_response`` copies onto the response, allowed or denied: no
+middleware is needed. For code that raises ``RateLimited`` in a DRF view, set
+``REST_FRAMEWORK["EXCEPTION_HANDLER"]`` to :func:`exception_handler`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rest_framework.exceptions import Throttled
+from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
+from rest_framework.views import exception_handler as drf_exception_handler
 
 from django_rl.conf import get_settings
 from django_rl.decision import Decision
+from django_rl.exceptions import ConfigurationError, RateLimited
+from django_rl.headers import record, record_missing, write_headers
 from django_rl.policies import get_policy
 
 
 class PolicyThrottle(BaseThrottle):
-    """Throttle a DRF view by the policy its ``throttle_scope`` names.
+    """Throttle a DRF view by the policies its ``throttle_scope`` and ``throttle_policies`` name.
 
-    DRF makes a new throttle per request and calls :meth:`wait` on the one
-    that denied, so the Decision is kept here for it, and nothing else.
+    Every policy counts the request, even once one has denied it. DRF makes
+    a new throttle per request and calls :meth:`wait` on one that denied, so
+    the Decisions are kept here for it, and nothing else.
     """
 
-    decision: Decision | None = None
+    decisions: tuple[Decision, ...] = ()
 
-    def get_policy_name(self, view: Any) -> str | None:
-        """Return the view's ``throttle_scope``, else ``DEFAULT_POLICY`` (may be None)."""
-        return getattr(view, "throttle_scope", None) or get_settings().default_policy
+    def get_policy_names(self, view: Any) -> tuple[str, ...]:
+        """Return ``throttle_scope`` and then ``throttle_policies``, else ``(DEFAULT_POLICY,)``.
+
+        :raises ConfigurationError: if ``throttle_policies`` is not a list or
+            tuple of names (``manage.py check`` reports it as django_rl.E052).
+        """
+        scope = getattr(view, "throttle_scope", None)
+        more = getattr(view, "throttle_policies", ())
+        if not isinstance(more, (list, tuple)) or not all(isinstance(n, str) for n in more):
+            raise ConfigurationError(
+                f"{type(view).__name__}.throttle_policies is {more!r}",
+                check_id="django_rl.E052",
+                hint="Write a list of policy names, e.g. throttle_policies = ['burst', 'daily']",
+            )
+        names = tuple(dict.fromkeys([scope, *more] if scope else more))
+        if names:
+            return names
+        default = get_settings().default_policy
+        return () if default is None else (default,)
 
     def allow_request(self, request: Any, view: Any) -> bool:
-        name = self.get_policy_name(view)
-        if name is None:
+        names = self.get_policy_names(view)
+        if not names:
             return True
-        self.decision = get_policy(name).hit_request(request)
-        return self.decision is None or self.decision.allowed
+        decisions = []
+        for name in names:
+            decision = get_policy(name).hit_request(request)
+            if decision is not None:
+                decisions.append(decision)
+        self.decisions = tuple(decisions)
+        _write_view_headers(view, record(request, decisions))
+        return all(decision.allowed for decision in decisions)
 
     def wait(self) -> float | None:
         """Return seconds until a retry would be allowed: Retry-After, whole and at least 1."""
-        if self.decision is None or self.decision.allowed:
-            return None
-        return float(self.decision.retry_after_header)
+        waits = [d.retry_after_header for d in self.decisions if not d.allowed]
+        return float(max(waits)) if waits else None
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's exception handler, with :class:`RateLimited` answered as DRF's ``Throttled``.
+
+    Set ``REST_FRAMEWORK["EXCEPTION_HANDLER"] = "django_rl.throttling.exception_handler"``.
+    The response is DRF's 429 (``Retry-After``, ``detail`` with the wait) with
+    the rate-limit headers of every Decision the request collected.
+    """
+    if isinstance(exc, RateLimited):
+        request, view = context.get("request"), context.get("view")
+        if request is not None:
+            _write_view_headers(view, record_missing(request, exc.decisions))
+        exc = Throttled(wait=exc.retry_after)
+    return drf_exception_handler(exc, context)
+
+
+def _write_view_headers(view: Any, decisions: list[Decision]) -> None:
+    # APIView.dispatch sets view.headers to a fresh dict per request and
+    # finalize_response copies it onto the response, the error response too.
+    headers = getattr(view, "headers", None)
+    if isinstance(headers, dict):
+        write_headers(headers, decisions)

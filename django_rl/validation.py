@@ -10,9 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from asgiref.sync import iscoroutinefunction
+from django.utils.module_loading import import_string
+
 from django_rl.algorithms import ALGORITHMS, ALL_PARAMETERS, ParameterError
 from django_rl.conf import DEFAULTS
 from django_rl.exceptions import ConfigurationError
+from django_rl.headers import HEADER_MODES
 from django_rl.identities import IdentitySpecError, resolve_identity
 from django_rl.keys import SAFE_NAME
 from django_rl.rates import RateError
@@ -84,7 +88,45 @@ def settings_problems(raw: object) -> list[Problem]:
                     f"It must be {expected}.",
                 )
             )
+    if merged["HEADERS"] not in HEADER_MODES:
+        problems.append(
+            Problem(
+                "django_rl.E050",
+                f"DJANGO_RL['HEADERS'] is {merged['HEADERS']!r}",
+                "Use 'ietf' (RateLimit-Policy and RateLimit), 'legacy' (X-RateLimit-*), "
+                "'both', or None to send no rate-limit headers.",
+            )
+        )
+    problems += ratelimited_view_problems(merged["RATELIMITED_VIEW"], resolve=False)
     return problems
+
+
+def ratelimited_view_problems(value: object, *, resolve: bool = True) -> list[Problem]:
+    """Return what is wrong with ``DJANGO_RL["RATELIMITED_VIEW"]``.
+
+    :param resolve: also import the view and check it is a sync callable
+        (``manage.py check`` does; reading the settings does not import views).
+    """
+    where = "DJANGO_RL['RATELIMITED_VIEW']"
+    hint = (
+        "Set it to None (django_rl's own 429) or to the dotted path of a sync "
+        "view(request, exception) that returns the response, e.g. 'myapp.views.rate_limited'."
+    )
+    if value is None:
+        return []
+    if not isinstance(value, str) or "." not in value:
+        return [Problem("django_rl.E051", f"{where} is {value!r}", hint)]
+    if not resolve:
+        return []
+    try:
+        view = import_string(value)
+    except ImportError as exc:
+        return [Problem("django_rl.E051", f"{where} {value!r} could not be imported: {exc}", hint)]
+    if not callable(view):
+        return [Problem("django_rl.E051", f"{where} {value!r} is not callable", hint)]
+    if iscoroutinefunction(view):
+        return [Problem("django_rl.E051", f"{where} {value!r} is an async function", hint)]
+    return []
 
 
 def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list[Problem]:

@@ -37,6 +37,9 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Answers a raised django_rl.exceptions.RateLimited with the same 429 as
+    # the decorator's (only needed by code that raises it).
+    "django_rl.middleware.RateLimitMiddleware",
 ]
 
 TEMPLATES = [

@@ -9,6 +9,7 @@ USE_TZ = True
 ALLOWED_HOSTS = ["*"]
 ROOT_URLCONF = "tests.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+STATIC_URL = "static/"  # pytest-django's live_server needs it
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -24,6 +24,7 @@ r = [c.get('/burst/') for _ in range(4)]
 print([x.status_code for x in r], r[-1]['Retry-After'])
 print([c.get('/api/items/').status_code for _ in range(2)])
 print(c.get('/').status_code)
+print(c.get('/api/items/')['RateLimit-Policy'], c.post('/login/')['RateLimit'])
 """
 
 
@@ -59,6 +60,7 @@ def test_both_front_doors_limit(redis_server):
         "[200, 200, 200, 429] 1",
         "[200, 200]",
         "200",
+        '"api";q=1000;w=3600 "login";r=0;t=60',
     ]
     keys = redis_server.client().keys("rl-example:*")
     assert len(keys) == 3

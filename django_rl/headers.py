@@ -1,0 +1,183 @@
+"""Rate-limit response headers, written from the Decisions a request collected.
+
+The front doors only decide: each one records its Decisions on the request
+(:func:`record`) and hands the response (or, in DRF, the view's ``headers``
+dict that ``finalize_response`` copies onto every response) to
+:func:`write_headers`. What is written depends on ``DJANGO_RL["HEADERS"]``:
+
+* ``"ietf"`` (default): ``RateLimit-Policy`` and ``RateLimit`` as Structured
+  Fields (RFC 9651), following draft-ietf-httpapi-ratelimit-headers-11:
+  ``RateLimit-Policy: "login";q=5;w=60`` lists every policy that decided;
+  ``RateLimit: "login";r=0;t=42`` reports the one closest to denial.
+* ``"legacy"``: ``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` and
+  ``X-RateLimit-Reset`` (Unix time in seconds, the way GitHub sends it), for
+  the decision closest to denial.
+* ``"both"``, or ``None`` for no headers at all.
+
+``t``, the effective window: for a denying decision, the wait until the
+request would be allowed (the same whole seconds as ``Retry-After``, so
+``Retry-After`` is never earlier than ``t``); for an allowing one, the time
+until the state is back to full. Rounded up: within ``t`` seconds the client
+can never use more than ``r``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from django_rl.conf import get_settings
+from django_rl.decision import Decision
+from django_rl.exceptions import UnknownPolicy
+from django_rl.rates import Rate
+
+#: Values of ``DJANGO_RL["HEADERS"]``.
+HEADER_MODES = ("ietf", "legacy", "both", None)
+#: The attribute of the Django ``HttpRequest`` that holds its Decisions.
+REQUEST_ATTRIBUTE = "django_rl_decisions"
+
+
+class HeaderTarget(Protocol):
+    """An ``HttpResponse`` or a plain dict of headers."""
+
+    def __setitem__(self, key: str, value: str, /) -> None: ...
+
+
+def record(request: Any, decisions: Iterable[Decision]) -> list[Decision]:
+    """Add ``decisions`` to those of ``request``; return all of them, oldest first.
+
+    A DRF ``Request`` records on the Django ``HttpRequest`` it wraps, so both
+    front doors (and code that raises ``RateLimited``) share one list.
+    """
+    http_request = getattr(request, "_request", request)
+    recorded: list[Decision] | None = getattr(http_request, REQUEST_ATTRIBUTE, None)
+    if recorded is None:
+        recorded = []
+        setattr(http_request, REQUEST_ATTRIBUTE, recorded)
+    recorded.extend(decisions)
+    return recorded
+
+
+def record_missing(request: Any, decisions: Iterable[Decision]) -> list[Decision]:
+    """Record those of ``decisions`` that ``request`` does not hold yet; return all.
+
+    For a raised ``RateLimited``: its Decisions may have been recorded by a
+    front door already, or made by the view itself.
+    """
+    known = recorded(request)
+    return record(request, [d for d in decisions if not any(d is k for k in known)])
+
+
+def recorded(request: Any) -> list[Decision]:
+    """Return the Decisions recorded on ``request`` so far (empty if none)."""
+    http_request = getattr(request, "_request", request)
+    return getattr(http_request, REQUEST_ATTRIBUTE, None) or []
+
+
+def write_headers(target: HeaderTarget, decisions: Sequence[Decision]) -> None:
+    """Set the rate-limit headers that ``DJANGO_RL["HEADERS"]`` asks for on ``target``."""
+    if not decisions:
+        return
+    mode = get_settings().headers
+    if mode is None:
+        return
+    for name, value in header_values(decisions, mode).items():
+        target[name] = value
+
+
+def header_values(decisions: Sequence[Decision], mode: str) -> dict[str, str]:
+    """Return the rate-limit headers of ``decisions`` in ``mode`` (``"ietf"``, ...).
+
+    A decision made while Redis was down (``degraded``) has no count to
+    report: it is listed in ``RateLimit-Policy`` but reported in ``RateLimit``
+    and the legacy set only when it denied (``r=0``, ``t`` = its Retry-After).
+    """
+    headers: dict[str, str] = {}
+    reported = [d for d in decisions if not (d.allowed and d.degraded)]
+    closest = closest_to_denial(reported) if reported else None
+    if mode in ("ietf", "both"):
+        headers["RateLimit-Policy"] = ", ".join(_policy_items(decisions))
+        if closest is not None:
+            headers["RateLimit"] = (
+                f"{_sf_string(closest.policy)};r={closest.remaining};t={effective_window(closest)}"
+            )
+    if mode in ("legacy", "both") and closest is not None:
+        headers["X-RateLimit-Limit"] = str(closest.limit)
+        headers["X-RateLimit-Remaining"] = str(closest.remaining)
+        headers["X-RateLimit-Reset"] = str(math.ceil(time.time() + _wait(closest)))
+    return headers
+
+
+def closest_to_denial(decisions: Iterable[Decision]) -> Decision:
+    """Return the decision ``RateLimit`` reports: the one nearest to denying.
+
+    A denying decision comes first, the one with the longest wait among
+    several; else the one with the fewest hits left, the longer wait to
+    recover breaking a tie.
+    """
+    return min(decisions, key=_nearness)
+
+
+def effective_window(decision: Decision) -> int:
+    """Return ``t`` of ``decision``: its Retry-After when it denied, else seconds to full."""
+    if not decision.allowed:
+        return decision.retry_after_header
+    return math.ceil(decision.reset_after)
+
+
+def quota_window(algorithm: Any) -> int | None:
+    """Return ``w``: the seconds the policy's rate takes to grant its whole quota.
+
+    For ``fixed_window`` and ``sliding_log`` that is the period of the rate
+    (``5/m`` -> 60). For ``token_bucket`` it is capacity / refill rate,
+    rounded up (capacity 3 at ``1/s`` -> 3), so ``q/w`` is never above the
+    refill rate a client can sustain. ``None`` for an algorithm without a rate.
+    """
+    rate = getattr(algorithm, "rate", None)
+    if not isinstance(rate, Rate):
+        return None
+    limit: int = algorithm.limit
+    return max(1, -(-limit * rate.period_ms // (rate.limit * 1000)))
+
+
+def _nearness(decision: Decision) -> tuple[bool, float, int, float]:
+    return (decision.allowed, -decision.retry_after, decision.remaining, -decision.reset_after)
+
+
+def _wait(decision: Decision) -> float:
+    return decision.reset_after if decision.allowed else decision.retry_after
+
+
+def _policy_items(decisions: Iterable[Decision]) -> list[str]:
+    items = {d.policy: _policy_item(d.policy, d.limit) for d in decisions}
+    return list(items.values())
+
+
+@functools.lru_cache(maxsize=1024)
+def _policy_item(name: str, limit: int) -> str:
+    """Return the ``RateLimit-Policy`` item of a policy (cached until the settings change)."""
+    from django_rl.policies import get_policy
+
+    item = f"{_sf_string(name)};q={limit}"
+    try:
+        window = quota_window(get_policy(name).algorithm)
+    except UnknownPolicy:  # a Decision made up by hand: say what is known
+        return item
+    return item if window is None else f"{item};w={window}"
+
+
+@receiver(setting_changed)
+def _forget_policy_items(*, setting: str, **kwargs: object) -> None:
+    if setting == "DJANGO_RL":
+        _policy_item.cache_clear()
+
+
+def _sf_string(text: str) -> str:
+    """Serialize ``text`` as a Structured Field String (policy names are ASCII)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,181 @@
+"""Header values from Decisions: every mode, several policies, degraded decisions.
+
+Every header is parsed back with http-sf (RFC 9651) and compared with the
+Decisions it was made from.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from django_rl import Decision, get_policy
+from django_rl.algorithms import ALGORITHMS
+from django_rl.headers import closest_to_denial, header_values, quota_window
+from tests.sf_headers import parse_list, policies, ratelimit
+
+POLICIES = {
+    "login": {"algorithm": "sliding_log", "rate": "5/m", "key": "ip"},
+    "hourly": {"algorithm": "fixed_window", "rate": "1000/h"},
+    "burst": {"algorithm": "token_bucket", "capacity": 3, "rate": "1/s"},
+    "daily": {"algorithm": "fixed_window", "rate": "5000/d"},
+}
+
+
+@pytest.fixture(autouse=True)
+def _policies(settings):
+    settings.DJANGO_RL = {"POLICIES": POLICIES}
+
+
+def allowed(policy, limit, remaining, reset_after):
+    return Decision(True, limit, remaining, 0.0, reset_after, policy)
+
+
+def denied(policy, limit, retry_after, reset_after, remaining=0):
+    return Decision(False, limit, remaining, retry_after, reset_after, policy)
+
+
+def test_one_allowed_decision_in_ietf_form():
+    headers = header_values([allowed("login", 5, 4, 60.0)], "ietf")
+    assert set(headers) == {"RateLimit-Policy", "RateLimit"}
+    assert headers["RateLimit-Policy"] == '"login";q=5;w=60'
+    assert headers["RateLimit"] == '"login";r=4;t=60'
+    assert policies(headers) == {"login": {"q": 5, "w": 60}}
+    assert ratelimit(headers) == ("login", {"r": 4, "t": 60})
+
+
+def test_a_denied_decision_reports_its_retry_after_as_t():
+    decision = denied("login", 5, retry_after=41.2, reset_after=59.9)
+    headers = header_values([decision], "ietf")
+    assert ratelimit(headers) == ("login", {"r": 0, "t": 42})
+    assert decision.retry_after_header == 42
+
+
+def test_t_is_rounded_up_never_early():
+    assert ratelimit(header_values([allowed("login", 5, 3, 0.001)], "ietf"))[1]["t"] == 1
+    assert ratelimit(header_values([allowed("login", 5, 5, 0.0)], "ietf"))[1]["t"] == 0
+    # A denied hit waits at least 1 s, like Retry-After.
+    assert ratelimit(header_values([denied("login", 5, 0.001, 0.001)], "ietf"))[1]["t"] == 1
+
+
+def test_several_policies_are_all_listed_and_the_closest_to_denial_decides():
+    decisions = [
+        allowed("hourly", 1000, 600, 1800.0),
+        allowed("daily", 5000, 100, 36000.0),
+        allowed("burst", 3, 2, 1.0),
+    ]
+    headers = header_values(decisions, "ietf")
+    assert policies(headers) == {
+        "hourly": {"q": 1000, "w": 3600},
+        "daily": {"q": 5000, "w": 86400},
+        "burst": {"q": 3, "w": 3},
+    }
+    # Listed in the order the view names them.
+    assert [name for name, _ in parse_list(headers["RateLimit-Policy"])] == [
+        "hourly",
+        "daily",
+        "burst",
+    ]
+    assert ratelimit(headers) == ("burst", {"r": 2, "t": 1})
+
+
+def test_a_denying_policy_beats_any_allowing_one_and_the_longest_wait_wins():
+    decisions = [
+        allowed("burst", 3, 0, 3.0),
+        denied("hourly", 1000, retry_after=120.5, reset_after=120.5),
+        denied("login", 5, retry_after=12.0, reset_after=60.0),
+    ]
+    assert closest_to_denial(decisions) is decisions[1]
+    assert ratelimit(header_values(decisions, "ietf")) == ("hourly", {"r": 0, "t": 121})
+
+
+def test_ties_on_remaining_go_to_the_longer_wait():
+    decisions = [allowed("hourly", 1000, 3, 100.0), allowed("daily", 5000, 3, 5000.0)]
+    assert closest_to_denial(decisions) is decisions[1]
+
+
+def test_legacy_headers_github_style():
+    before = time.time()
+    headers = header_values([allowed("hourly", 1000, 999, 1234.5)], "legacy")
+    after = time.time()
+    assert set(headers) == {"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
+    assert headers["X-RateLimit-Limit"] == "1000"
+    assert headers["X-RateLimit-Remaining"] == "999"
+    reset = int(headers["X-RateLimit-Reset"])
+    assert math.ceil(before + 1234.5) <= reset <= math.ceil(after + 1234.5)
+
+
+def test_legacy_reset_of_a_denied_decision_is_when_it_would_be_allowed():
+    before = time.time()
+    headers = header_values([denied("login", 5, retry_after=30.0, reset_after=59.0)], "legacy")
+    after = time.time()
+    assert headers["X-RateLimit-Remaining"] == "0"
+    assert math.ceil(before + 30.0) <= int(headers["X-RateLimit-Reset"]) <= math.ceil(after + 30.0)
+
+
+def test_both_is_the_union_and_none_is_nothing(settings):
+    decisions = [allowed("login", 5, 4, 60.0)]
+    both = header_values(decisions, "both")
+    assert set(both) == {
+        "RateLimit-Policy",
+        "RateLimit",
+        "X-RateLimit-Limit",
+        "X-RateLimit-Remaining",
+        "X-RateLimit-Reset",
+    }
+    from django_rl.headers import write_headers
+
+    settings.DJANGO_RL = {"POLICIES": POLICIES, "HEADERS": None}
+    target: dict[str, str] = {}
+    write_headers(target, decisions)
+    assert target == {}
+
+
+def test_a_fail_open_decision_has_no_count_to_report():
+    degraded = Decision(True, 5, 5, 0.0, 0.0, "login", degraded=True)
+    headers = header_values([degraded], "both")
+    assert headers == {"RateLimit-Policy": '"login";q=5;w=60'}
+
+
+def test_a_fail_closed_decision_reports_its_retry_after():
+    degraded = Decision(False, 5, 0, 1.0, 0.0, "login", degraded=True)
+    counted = allowed("hourly", 1000, 10, 100.0)
+    headers = header_values([counted, degraded], "ietf")
+    assert ratelimit(headers) == ("login", {"r": 0, "t": 1})
+
+
+def test_a_decision_of_an_unknown_policy_is_listed_without_w():
+    headers = header_values([allowed("elsewhere", 7, 6, 10.0)], "ietf")
+    assert policies(headers) == {"elsewhere": {"q": 7}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "w"),
+    [
+        ({"algorithm": "fixed_window", "rate": "5/m"}, 60),
+        ({"algorithm": "sliding_log", "rate": "100/10m"}, 600),
+        ({"algorithm": "fixed_window", "rate": "1/d"}, 86400),
+        ({"algorithm": "token_bucket", "capacity": 3, "rate": "1/s"}, 3),
+        # 10 tokens at 1000/h refill in 36 s.
+        ({"algorithm": "token_bucket", "capacity": 10, "rate": "1000/h"}, 36),
+        # 3 tokens at 2/s: 1.5 s, rounded up so q/w is not above the refill rate.
+        ({"algorithm": "token_bucket", "capacity": 3, "rate": "2/s"}, 2),
+        ({"algorithm": "token_bucket", "capacity": 1, "rate": "100/s"}, 1),
+    ],
+)
+def test_quota_window(spec, w):
+    algorithm = ALGORITHMS[spec["algorithm"]].from_spec(spec)
+    assert quota_window(algorithm) == w
+
+
+def test_headers_of_real_decisions_parse_and_match(settings):
+    decisions = [get_policy("burst").hit("ip:1"), get_policy("login").hit("ip:1")]
+    headers = header_values(decisions, "both")
+    assert policies(headers) == {"burst": {"q": 3, "w": 3}, "login": {"q": 5, "w": 60}}
+    name, params = ratelimit(headers)
+    assert name == "burst"
+    assert params == {"r": decisions[0].remaining, "t": math.ceil(decisions[0].reset_after)}
+    assert params["r"] == 2
+    assert headers["X-RateLimit-Remaining"] == "2"
