@@ -2,6 +2,7 @@
 # the system programs the suite runs (redis-server, chromium), then run every test.
 # make lint: ruff (lint and format) and mypy --strict over django_rl/.
 # make matrix: the test suite under every Django x Python pair of tox.ini.
+# make demo: the example site on 127.0.0.1:8000 with its own Redis (or REDIS_URL).
 # make bench-admin: time the admin's live counters with 1,000,000 keys in Redis.
 # make screenshot: retake docs/admin-live-counters.png with the browser test.
 
@@ -11,7 +12,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SYSTEM_PACKAGES := redis-server=redis-server chromium=chromium
 
-.PHONY: test lint matrix venv system-packages clean bench-admin screenshot
+.PHONY: test lint matrix demo venv system-packages clean bench-admin screenshot
 
 test: venv system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -33,6 +34,12 @@ lint: venv
 TOX_PARALLEL ?= 2
 matrix: venv system-packages
 	PATH="$$(scripts/interpreters-path.sh)" $(BIN)/tox run-parallel --parallel $(TOX_PARALLEL) --parallel-no-spinner
+
+# Without REDIS_URL the demo needs redis-server; installing it may fail where
+# apt-get cannot run, and then the demo says how to install it.
+demo: venv
+	-@scripts/ensure-system-packages.sh redis-server=redis-server
+	$(BIN)/python scripts/demo.py
 
 bench-admin: venv system-packages
 	$(BIN)/python bench/admin_page.py $(BENCH_ARGS)
