@@ -5,14 +5,20 @@
 # make demo: the example site on 127.0.0.1:8000 with its own Redis (or REDIS_URL).
 # make bench-admin: time the admin's live counters with 1,000,000 keys in Redis.
 # make screenshot: retake docs/admin-live-counters.png with the browser test.
+# make bench: the benchmarks (docs/performance.md), in their own .venv-bench
+# with the peers installed; they start and stop their own redis-server,
+# gunicorn and wrk.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SYSTEM_PACKAGES := redis-server=redis-server chromium=chromium
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
+BENCH_SYSTEM_PACKAGES := redis-server=redis-server wrk=wrk
 
-.PHONY: test lint matrix demo venv system-packages clean bench-admin screenshot
+.PHONY: test lint matrix demo bench venv system-packages clean bench-admin screenshot
 
 test: venv system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -51,5 +57,16 @@ screenshot: venv system-packages
 system-packages:
 	scripts/ensure-system-packages.sh $(SYSTEM_PACKAGES)
 
+bench: $(BENCH_STAMP)
+	scripts/ensure-system-packages.sh $(BENCH_SYSTEM_PACKAGES)
+	$(BENCH_VENV)/bin/python -m bench.decisions $(BENCH_ARGS)
+	$(BENCH_VENV)/bin/python -m bench.endtoend $(BENCH_ARGS)
+
+$(BENCH_STAMP): setup.cfg pyproject.toml
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e '.[bench]'
+	touch $(BENCH_STAMP)
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) $(BENCH_VENV) build dist *.egg-info

@@ -16,10 +16,17 @@ django_rl.E010  a parameter has a bad value (e.g. capacity)
 django_rl.E011  a policy's key names no identity function
 django_rl.E012  DEFAULT_POLICY names no policy
 django_rl.E013  a view names a policy that does not exist
+django_rl.E030  a policy's fail_open is not True or False
+django_rl.E040  DENY_CACHE_SIZE is not a whole number from 0 to 1,000,000
+django_rl.E041  DENY_CACHE_MAX_AGE is not a number of seconds in (0, 86400]
 django_rl.E050  HEADERS is not "ietf", "legacy", "both" or None
 django_rl.E051  RATELIMITED_VIEW is not the dotted path of a sync view
 django_rl.E052  a DRF view's throttle_policies is not a list of names
 =============== ==========================================================
+
+Warnings about the connection (``django_rl.W031``..``W033``: no socket
+timeout, retries, a pool shared with another alias) are explained in
+:mod:`django_rl.connection_checks`.
 """
 
 from __future__ import annotations
@@ -28,11 +35,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.checks import CheckMessage, Error, register
+from django.core.checks import CheckMessage, Error, Warning, register
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
 from django_rl.conf import DEFAULTS, raw_settings
+from django_rl.connection_checks import connection_warnings
 from django_rl.validation import (
     Problem,
     policy_problems,
@@ -47,9 +55,14 @@ DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     raw = raw_settings()
     problems = settings_problems(raw)
+    warnings: list[Problem] = []
     if isinstance(raw, Mapping):
         merged = {**DEFAULTS, **raw}
-        problems += _connection_problems(merged["CONNECTION"])
+        alias = merged["CONNECTION"]
+        connection = _connection_problems(alias)
+        problems += connection
+        if isinstance(alias, str) and not connection:
+            warnings = connection_warnings(alias, getattr(django_settings, "CACHES", {}))
         policies = merged["POLICIES"]
         if isinstance(policies, Mapping):
             num_proxies = merged["NUM_PROXIES"] if type(merged["NUM_PROXIES"]) is int else 0
@@ -58,7 +71,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             problems += _reference_problems(merged["DEFAULT_POLICY"], policies)
         if all(p.id != "django_rl.E051" for p in problems):  # its form is right: import it
             problems += ratelimited_view_problems(merged["RATELIMITED_VIEW"])
-    return [Error(p.msg, hint=p.hint, id=p.id) for p in problems]
+    return [Error(p.msg, hint=p.hint, id=p.id) for p in problems] + [
+        Warning(w.msg, hint=w.hint, id=w.id) for w in warnings
+    ]
 
 
 def _connection_problems(alias: object) -> list[Problem]:

@@ -27,6 +27,8 @@ DEFAULTS: Mapping[str, Any] = {
     "POLICIES": {},
     "HEADERS": "ietf",
     "RATELIMITED_VIEW": None,
+    "DENY_CACHE_SIZE": 10_000,
+    "DENY_CACHE_MAX_AGE": 60,
 }
 
 
@@ -42,6 +44,8 @@ class Settings:
     policies: Mapping[str, Any]
     headers: str | None = "ietf"
     ratelimited_view: str | None = None
+    deny_cache_size: int = DEFAULTS["DENY_CACHE_SIZE"]
+    deny_cache_max_age: float = DEFAULTS["DENY_CACHE_MAX_AGE"]
 
 
 def raw_settings() -> object:
@@ -74,6 +78,8 @@ def get_settings() -> Settings:
         policies=merged["POLICIES"],
         headers=merged["HEADERS"],
         ratelimited_view=merged["RATELIMITED_VIEW"],
+        deny_cache_size=merged["DENY_CACHE_SIZE"],
+        deny_cache_max_age=merged["DENY_CACHE_MAX_AGE"],
     )
 
 

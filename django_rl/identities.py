@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +47,15 @@ def _normalize_address(text: str) -> str | None:
     IPv4-mapped IPv6 becomes IPv4; other IPv6 addresses become their /64.
     """
     text = text.strip()
+    try:
+        # The common case first, a plain IPv4 address: ``ipaddress`` costs a
+        # few µs a request, ``inet_pton`` a tenth of that. It accepts exactly
+        # the dotted quads ``ipaddress`` accepts (no leading zeros, no short
+        # forms), which are then already written the way it writes them.
+        socket.inet_pton(socket.AF_INET, text)
+        return text
+    except (OSError, ValueError):
+        pass
     if text.startswith("["):
         text = text[1 : text.find("]")] if "]" in text else ""
     elif text.count(":") == 1:

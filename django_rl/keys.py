@@ -70,6 +70,16 @@ def fingerprint(description: str) -> str:
     return hashlib.blake2b(description.encode(), digest_size=4).hexdigest()
 
 
+def key_parts(prefix: str, policy: str, fingerprint: str) -> tuple[str, str]:
+    """Return what comes before and after the identity in a policy's base keys.
+
+    A policy computes them once, so building a key per decision is one
+    concatenation.
+    """
+    return f"{prefix}:{policy}:{{", f"}}:{fingerprint}"
+
+
 def key_for(prefix: str, policy: str, identity: str, fingerprint: str) -> str:
     """Return the base key of one (policy, identity); algorithms may add a suffix."""
-    return f"{prefix}:{policy}:{{{safe_identity(identity)}}}:{fingerprint}"
+    head, tail = key_parts(prefix, policy, fingerprint)
+    return head + safe_identity(identity) + tail

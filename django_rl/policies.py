@@ -13,9 +13,10 @@ from django_rl.algorithms import ALGORITHMS, Algorithm, Outcome
 from django_rl.backends import RedisBackend, get_backend
 from django_rl.conf import get_settings
 from django_rl.decision import Decision
+from django_rl.deny_cache import DenyCache, get_deny_cache
 from django_rl.exceptions import BackendError, UnknownPolicy
 from django_rl.identities import IdentityFunction, resolve_identity
-from django_rl.keys import fingerprint, key_for
+from django_rl.keys import fingerprint, key_parts, safe_identity
 from django_rl.validation import policy_problems
 
 #: Retry-After of a request denied because Redis is down and FAIL_OPEN is False.
@@ -28,7 +29,8 @@ class Policy:
     Get one with :func:`get_policy`. ``identify(request)`` returns the
     identity a request counts as, or ``None`` if the policy does not apply to
     it. Methods that take an ``identity`` accept any string; it is made safe
-    for a Redis key (see ``keys.safe_identity``).
+    for a Redis key (see ``keys.safe_identity``). ``denials`` is the
+    process's deny cache (``None``: every hit asks Redis).
     """
 
     def __init__(
@@ -40,66 +42,96 @@ class Policy:
         *,
         key_prefix: str,
         fail_open: bool,
+        denials: DenyCache | None = None,
     ) -> None:
         self.name = name
         self.algorithm = algorithm
+        #: The most hits of cost 1 allowed at once.
+        self.limit = algorithm.limit
         self.identify: IdentityFunction = identify
         self.backend = backend
         self.key_prefix = key_prefix
         self.fail_open = fail_open
+        self.denials = denials
         self.fingerprint = fingerprint(algorithm.description)
+        self._key_head, self._key_tail = key_parts(key_prefix, name, self.fingerprint)
 
     def __repr__(self) -> str:
         return f"<Policy {self.name!r}: {self.algorithm.description}>"
 
-    @property
-    def limit(self) -> int:
-        """Return the most hits of cost 1 allowed at once."""
-        return self.algorithm.limit
-
     def key(self, identity: str) -> str:
         """Return the base Redis key of ``identity`` under this policy."""
-        return key_for(self.key_prefix, self.name, identity, self.fingerprint)
+        return self._key_head + safe_identity(identity) + self._key_tail
 
     def hit(self, identity: str, cost: int = 1) -> Decision:
         """Count a hit of weight ``cost`` for ``identity`` and decide, in one round trip.
 
         Never raises for Redis trouble: if Redis cannot answer, the decision
-        follows ``FAIL_OPEN`` and has ``degraded=True``.
+        follows ``FAIL_OPEN`` and has ``degraded=True``. A hit Redis has
+        already denied until a known time is answered by the deny cache,
+        without Redis (see ``deny_cache.py``).
 
         :raises ValueError: if ``cost`` is not a whole number from 1 to the limit
             (a hit heavier than the limit could never be allowed).
         """
         self._check_cost(cost)
+        key = self.key(identity)
+        denials = self.denials
+        if denials is not None:
+            known = denials.lookup(key, cost)
+            if known is not None:
+                return known
+            asked_at = denials.clock()
+        epoch = self.backend.health.epoch  # see Health: calls that straddle a change
         try:
-            outcome = self.algorithm.hit(self.backend, self.key(identity), cost)
+            outcome = self.algorithm.hit(self.backend, key, cost)
         except RedisError as exc:
-            self.backend.record_failure(exc)
+            self.backend.record_failure(exc, epoch)
             return self._degraded()
-        self.backend.record_success()
-        return self._decision(outcome)
+        self.backend.record_success(epoch)
+        decision = self._decision(outcome)
+        if denials is not None and not outcome.allowed:
+            any_cost = self.algorithm.denial_holds_for_any_cost
+            denials.remember(key, decision, cost, asked_at, any_cost=any_cost)
+        return decision
 
     def peek(self, identity: str) -> Decision:
         """Return what a hit of cost 1 would be told now, counting nothing.
 
         :raises BackendError: if Redis cannot answer.
         """
+        epoch = self.backend.health.epoch
         try:
             outcome = self.algorithm.peek(self.backend, self.key(identity))
         except RedisError as exc:
+            self.backend.record_failure(exc, epoch)
             raise BackendError(f"could not read policy {self.name!r}: {exc}") from exc
+        self.backend.record_success(epoch)
         return self._decision(outcome)
 
     def reset(self, identity: str) -> int:
         """Forget ``identity``'s state under this policy; return the number of keys deleted.
 
+        Also forgets the identity's entry in this process's deny cache; other
+        processes keep denying until their own entry ends (see ``deny_cache.py``).
+
         :raises BackendError: if Redis cannot answer.
         """
+        key = self.key(identity)
+        epoch = self.backend.health.epoch
         try:
-            keys = self.algorithm.keys(self.backend, self.key(identity))
-            return int(self.backend.client.delete(*keys))
+            keys = self.algorithm.keys(self.backend, key)
+            deleted = int(self.backend.client.delete(*keys))
         except RedisError as exc:
+            self.backend.record_failure(exc, epoch)
             raise BackendError(f"could not reset policy {self.name!r}: {exc}") from exc
+        finally:
+            if self.denials is not None:
+                # After the delete, so a denial another thread got from Redis
+                # just before it is forgotten too.
+                self.denials.forget(key)
+        self.backend.record_success(epoch)
+        return deleted
 
     def hit_request(self, request: Any, cost: int = 1) -> Decision | None:
         """Identify ``request`` and hit; ``None`` when the policy does not apply to it."""
@@ -109,22 +141,20 @@ class Policy:
         return self.hit(identity, cost)
 
     def _check_cost(self, cost: int) -> None:
-        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 1:
+        if type(cost) is int and 1 <= cost <= self.limit:
+            return  # the usual case, in one test (``type`` rules out bool)
+        if type(cost) is not int or cost < 1:
             raise ValueError(f"cost must be a whole number of at least 1, not {cost!r}")
-        if cost > self.limit:
-            raise ValueError(
-                f"cost {cost} is above the limit {self.limit} of policy {self.name!r}: "
-                "such a hit could never be allowed"
-            )
+        raise ValueError(
+            f"cost {cost} is above the limit {self.limit} of policy {self.name!r}: "
+            "such a hit could never be allowed"
+        )
 
     def _decision(self, outcome: Outcome) -> Decision:
+        allowed, remaining, retry_after_ms, reset_after_ms = outcome
+        # Positional: this runs on every decision, and keywords cost more.
         return Decision(
-            allowed=outcome.allowed,
-            limit=self.limit,
-            remaining=outcome.remaining,
-            retry_after=outcome.retry_after_ms / 1000,
-            reset_after=outcome.reset_after_ms / 1000,
-            policy=self.name,
+            allowed, self.limit, remaining, retry_after_ms / 1000, reset_after_ms / 1000, self.name
         )
 
     def _degraded(self) -> Decision:
@@ -167,7 +197,8 @@ def get_policy(name: str) -> Policy:
         resolve_identity(spec.get("key", "user_or_ip"), num_proxies=settings.num_proxies),
         get_backend(settings.connection),
         key_prefix=settings.key_prefix,
-        fail_open=settings.fail_open,
+        fail_open=spec.get("fail_open", settings.fail_open),
+        denials=get_deny_cache(),
     )
 
 

@@ -22,7 +22,10 @@ from django_rl.keys import SAFE_NAME
 from django_rl.rates import RateError
 
 #: Policy keys every algorithm accepts.
-COMMON_KEYS = frozenset({"algorithm", "key"})
+COMMON_KEYS = frozenset({"algorithm", "key", "fail_open"})
+#: Bounds of the deny cache settings (see ``deny_cache.py``).
+MAX_DENY_CACHE_SIZE = 1_000_000
+MAX_DENY_CACHE_MAX_AGE = 86_400
 _NAME_RULE = "1 to 64 letters, digits, '.', '_' or '-'"
 
 
@@ -98,6 +101,36 @@ def settings_problems(raw: object) -> list[Problem]:
             )
         )
     problems += ratelimited_view_problems(merged["RATELIMITED_VIEW"], resolve=False)
+    return problems + deny_cache_problems(merged)
+
+
+def deny_cache_problems(merged: Mapping[str, object]) -> list[Problem]:
+    """Return what is wrong with ``DENY_CACHE_SIZE`` and ``DENY_CACHE_MAX_AGE``."""
+    problems = []
+    size = merged["DENY_CACHE_SIZE"]
+    if type(size) is not int or not 0 <= size <= MAX_DENY_CACHE_SIZE:
+        problems.append(
+            Problem(
+                "django_rl.E040",
+                f"DJANGO_RL['DENY_CACHE_SIZE'] is {size!r}",
+                f"It must be a whole number from 0 (no deny cache) to {MAX_DENY_CACHE_SIZE:,}: "
+                "the most denials each process remembers.",
+            )
+        )
+    age = merged["DENY_CACHE_MAX_AGE"]
+    if not (
+        isinstance(age, (int, float))
+        and not isinstance(age, bool)
+        and 0 < age <= MAX_DENY_CACHE_MAX_AGE  # NaN fails this too
+    ):
+        problems.append(
+            Problem(
+                "django_rl.E041",
+                f"DJANGO_RL['DENY_CACHE_MAX_AGE'] is {age!r}",
+                f"It must be a number of seconds above 0 and at most {MAX_DENY_CACHE_MAX_AGE:,}: "
+                "how long a process may answer a denial without asking Redis again.",
+            )
+        )
     return problems
 
 
@@ -162,6 +195,15 @@ def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list
                 f"{where}: {exc}",
                 "Use 'ip', 'user', 'user_or_ip', 'header:<Name>' or the dotted path "
                 "of a callable(request) -> str | None.",
+            )
+        )
+    if "fail_open" in spec and not isinstance(spec["fail_open"], bool):
+        problems.append(
+            Problem(
+                "django_rl.E030",
+                f"{where}['fail_open'] is {spec['fail_open']!r}",
+                "It must be True (allow when Redis cannot answer) or False (deny with 429); "
+                "leave it out to follow DJANGO_RL['FAIL_OPEN'].",
             )
         )
     name_of_algorithm = spec.get("algorithm")

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
 from django.test import override_settings
 
+from django_rl.deny_cache import get_deny_cache
+from tests import figures
 from tests.redis_server import RedisServer, caches_for
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: Any) -> None:
+    figures.report(terminalreporter, config)
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +35,36 @@ def redis_server() -> Iterator[RedisServer]:
 def _django_uses_redis_server(redis_server: RedisServer) -> Iterator[None]:
     with override_settings(CACHES=caches_for(redis_server.url)):
         yield
+
+
+#: SOCKET_TIMEOUT and SOCKET_CONNECT_TIMEOUT of the connection to a private server.
+FAULT_TIMEOUT = 0.2
+_private_servers = itertools.count()
+
+
+@pytest.fixture
+def private_redis(settings: Any) -> Iterator[RedisServer]:
+    """A redis-server of this test alone, which it may kill, pause and restart.
+
+    Django's CACHES point at it with socket timeouts of :data:`FAULT_TIMEOUT`.
+    The URL names the client uniquely: django-redis keeps one pool per URL
+    for the whole process, and a port can come round again. CACHES is set
+    through the ``settings`` fixture, so that it is restored in order with
+    the test's own changes to settings.
+    """
+    server = RedisServer()
+    server.start()
+    point_caches_at(settings, server, FAULT_TIMEOUT)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def point_caches_at(settings: Any, server: RedisServer, timeout: float) -> None:
+    """Set CACHES to ``server`` with socket timeouts of ``timeout``, through a new pool."""
+    url = f"{server.url}?client_name=django_rl_{next(_private_servers)}"
+    settings.CACHES = caches_for(url, SOCKET_CONNECT_TIMEOUT=timeout, SOCKET_TIMEOUT=timeout)
 
 
 @pytest.fixture
@@ -48,6 +86,10 @@ def _empty_redis(redis_server: RedisServer) -> None:
         client.flushall()
     finally:
         client.close()
+    # Denials remembered by an earlier test are about state just flushed.
+    denials = get_deny_cache()
+    if denials is not None:
+        denials.clear()
 
 
 def server_ms(client: redis.Redis) -> int:

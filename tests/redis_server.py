@@ -13,8 +13,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 
 def free_port() -> int:
@@ -47,38 +50,27 @@ class RedisServer:
         self.binary = binary
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
+        self.paused = False
         self.directory = tempfile.mkdtemp(prefix="django-rl-redis-")
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port, socket_timeout=5)
+    def client(self, socket_timeout: float = 5) -> redis.Redis:
+        """A plain client that tries each call once (redis-py's own default retries 10 times)."""
+        return redis.Redis(
+            port=self.port, socket_timeout=socket_timeout, retry=Retry(NoBackoff(), 0)
+        )
 
-    def start(self, port: int | None = None) -> None:
-        """Start the server (on ``port``, or a free one) and wait until it answers PING."""
+    def start(self, port: int | None = None, extra_args: Sequence[str] = ()) -> None:
+        """Start the server (on ``port``, or a free one) and wait until it answers PING.
+
+        ``extra_args`` are more ``redis-server`` options, e.g. ``["--key-load-delay", "100"]``.
+        A ``dump.rdb`` left in the server's directory (by ``SAVE``) is loaded.
+        """
         for _attempt in range(5):
-            self.port = port or free_port()
-            self.process = subprocess.Popen(
-                [
-                    self.binary,
-                    "--port",
-                    str(self.port),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--dir",
-                    self.directory,
-                    "--logfile",
-                    os.path.join(self.directory, "redis.log"),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            self._spawn(port or free_port(), extra_args)
             if self._wait_ready():
                 return
             self.stop()  # the port was taken in between: try another
@@ -86,9 +78,32 @@ class RedisServer:
                 break
         raise RuntimeError(f"redis-server did not start; see {self.directory}/redis.log")
 
+    def _spawn(self, port: int, extra_args: Sequence[str]) -> None:
+        self.port = port
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.directory,
+                "--logfile",
+                os.path.join(self.directory, "redis.log"),
+                *extra_args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
     def _wait_ready(self, timeout: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout
-        client = redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1)
+        client = self.client(socket_timeout=1)
         try:
             while time.monotonic() < deadline:
                 if self.process is None or self.process.poll() is not None:
@@ -96,17 +111,96 @@ class RedisServer:
                 try:
                     if client.ping():
                         return True
-                except redis.ConnectionError:
-                    time.sleep(0.02)
+                except redis.ConnectionError:  # refused, or LOADING (a subclass)
+                    time.sleep(0.01)
             return False
         finally:
             client.close()
+
+    def restart(self, extra_args: Sequence[str] = ()) -> None:
+        """Stop the server if it runs, then start it again on the same port."""
+        self.stop()
+        self.start(port=self.port, extra_args=extra_args)
+
+    def save_filler(self, keys: int = 3000) -> None:
+        """Write ``keys`` filler keys and save them to ``dump.rdb`` for :meth:`restart_loading`."""
+        client = self.client()
+        try:
+            pipe = client.pipeline(transaction=False)
+            for i in range(keys):
+                pipe.set(f"filler:{i}", "x")
+            pipe.execute()
+            client.save()
+        finally:
+            client.close()
+
+    def restart_loading(self, load_delay_us: int = 300) -> None:
+        """Restart the server on its port and return as soon as it answers LOADING.
+
+        It loads the ``dump.rdb`` of :meth:`save_filler` at ``load_delay_us``
+        microseconds a key (Redis' own ``key-load-delay`` test setting), so
+        it answers LOADING for about keys x delay. The dump is deleted once
+        loading has begun, so later restarts start empty.
+        """
+        self.stop()
+        args = ["--key-load-delay", str(load_delay_us)]
+        args += ["--loading-process-events-interval-bytes", "1024"]
+        self._spawn(self.port, args)
+        probe = self.client(socket_timeout=1)
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    probe.ping()
+                except redis.BusyLoadingError:
+                    os.unlink(os.path.join(self.directory, "dump.rdb"))
+                    return
+                except redis.ConnectionError:
+                    time.sleep(0.005)
+                else:
+                    raise RuntimeError("redis-server loaded before it could be seen loading")
+        finally:
+            probe.close()
+        raise RuntimeError(f"redis-server did not start loading; see {self.directory}/redis.log")
+
+    def wait_until_answering(self, timeout: float = 10) -> None:
+        """Wait until the server answers PING (not refused, not LOADING)."""
+        if not self._wait_ready(timeout):
+            raise RuntimeError(f"redis-server does not answer; see {self.directory}/redis.log")
+
+    def wait_until_synced(self, timeout: float = 10) -> None:
+        """Wait until this replica's link to its primary is up."""
+        client = self.client()
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if client.info("replication").get("master_link_status") == "up":
+                    return
+                time.sleep(0.02)
+        finally:
+            client.close()
+        raise RuntimeError("the replica did not sync with its primary")
+
+    def pause(self) -> None:
+        """SIGSTOP the server: it keeps its connections but answers nothing, as a hung host."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+        self.paused = False
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 5 s) and reap it."""
         process, self.process = self.process, None
         if process is None or process.poll() is not None:
             return
+        if self.paused:
+            process.send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+            self.paused = False
         process.terminate()
         try:
             process.wait(5)
@@ -120,6 +214,7 @@ class RedisServer:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
             self.process = None
+            self.paused = False
 
     def close(self) -> None:
         self.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -70,3 +71,67 @@ def test_a_failed_measurement_is_retried_on_the_next_call():
     with pytest.raises(ConnectionError):
         clock.now_ms()
     assert abs(clock.now_ms() - 1_700_000_000_250) < 50
+
+
+def test_waiters_for_a_first_measurement_that_fails_give_up_with_it():
+    # 8 threads of a fresh process while Redis hangs: one measures, the
+    # others wait for it and then give up, instead of measuring in turn.
+    reads = []
+
+    def hung_server() -> tuple[int, int]:
+        reads.append(1)
+        time.sleep(0.5)
+        raise TimeoutError("Timeout reading from socket")
+
+    clock = ServerClock(hung_server)
+    barrier = threading.Barrier(8)
+    outcomes: list[tuple[str, float]] = []
+
+    def worker() -> None:
+        barrier.wait()
+        started = time.monotonic()
+        try:
+            clock.now_ms()
+        except Exception as exc:
+            outcomes.append((type(exc).__name__, time.monotonic() - started))
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(reads) == 1
+    assert sorted(name for name, _ in outcomes) == ["ClockUnavailable"] * 7 + ["TimeoutError"]
+    assert max(elapsed for _, elapsed in outcomes) < 0.5 + 0.3
+
+
+def test_a_hung_resync_costs_only_its_caller_and_keeps_the_offset():
+    measured = threading.Event()
+
+    def read() -> tuple[int, int]:
+        if not measured.is_set():
+            measured.set()
+            return 1_700_000_000, 0
+        time.sleep(0.3)  # Redis hangs during the resync
+        raise TimeoutError("Timeout reading from socket")
+
+    clock = ServerClock(read, resync_interval=0.05)
+    first = clock.now_ms()
+    time.sleep(0.06)
+    failures = []
+
+    def resync_in_the_background() -> None:
+        try:
+            clock.now_ms()
+        except TimeoutError as exc:
+            failures.append(exc)
+
+    resync = threading.Thread(target=resync_in_the_background)
+    resync.start()
+    time.sleep(0.05)  # the resync is under way
+    started = time.monotonic()
+    estimate = clock.now_ms()  # does not wait for it: the old offset serves
+    assert time.monotonic() - started < 0.05
+    resync.join()
+    assert len(failures) == 1
+    assert 100 <= estimate - first <= 400

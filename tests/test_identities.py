@@ -39,6 +39,16 @@ def request(remote_addr="203.0.113.9", forwarded=None, user=None, **headers):
         ("fe80::1%eth0", "ip:fe80::"),
         ("", "ip:unknown"),
         ("not-an-ip", "ip:unknown"),
+        # What the IPv4 fast path must reject or keep, as ipaddress does.
+        ("0.0.0.0", "ip:0.0.0.0"),
+        (" 255.255.255.255 ", "ip:255.255.255.255"),
+        ("01.2.3.4", "ip:unknown"),
+        ("1.2.3", "ip:unknown"),
+        ("256.1.1.1", "ip:unknown"),
+        ("1.2.3.4.5", "ip:unknown"),
+        ("0x1.2.3.4", "ip:unknown"),
+        ("1.2.3.4\x00", "ip:unknown"),
+        ("\u0967.2.3.4", "ip:unknown"),
     ],
 )
 def test_ip_uses_remote_addr(remote_addr, identity):

@@ -60,6 +60,9 @@ class Algorithm(Protocol):
     name: ClassVar[str]
     #: The policy keys this algorithm requires (besides ``algorithm`` and ``key``).
     parameters: ClassVar[frozenset[str]]
+    #: Whether a denied hit, of any cost, means every hit of any cost is denied
+    #: with ``remaining == 0`` until its Retry-After (the deny cache relies on it).
+    denial_holds_for_any_cost: ClassVar[bool]
 
     @property
     def limit(self) -> int:

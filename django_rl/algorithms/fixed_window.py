@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 class FixedWindow:
     name: ClassVar[str] = "fixed_window"
     parameters: ClassVar[frozenset[str]] = frozenset({"rate"})
+    # The counter only grows until the window ends.
+    denial_holds_for_any_cost: ClassVar[bool] = True
 
     def __init__(self, rate: Rate) -> None:
         self.rate = rate
@@ -59,11 +61,13 @@ class FixedWindow:
     def hit(self, backend: RedisBackend, key: str, cost: int) -> Outcome:
         window = self._window(backend)
         window_key = f"{key}:{window}"
-        pipe = backend.client.pipeline(transaction=True)
-        pipe.incrby(window_key, cost)
-        pipe.pexpireat(window_key, (window + 1) * self.rate.period_ms, nx=True)
-        pipe.pttl(window_key)
-        count, _, ttl_ms = pipe.execute()
+        count, _, ttl_ms = backend.client.transaction_replies(
+            (
+                ("INCRBY", window_key, cost),
+                ("PEXPIREAT", window_key, (window + 1) * self.rate.period_ms, "NX"),
+                ("PTTL", window_key),
+            )
+        )
         # PTTL is -2 only if the local clock estimate put this hit in a window
         # that had just ended on the server: PEXPIREAT in the past deleted it.
         ttl_ms = max(ttl_ms, 0)

@@ -26,6 +26,7 @@ SCRIPT = LuaScript.from_package(__package__, "sliding_log.lua")
 class SlidingLog:
     name: ClassVar[str] = "sliding_log"
     parameters: ClassVar[frozenset[str]] = frozenset({"rate"})
+    denial_holds_for_any_cost: ClassVar[bool] = False
 
     def __init__(self, rate: Rate) -> None:
         self.rate = rate

@@ -1,4 +1,6 @@
--- Token bucket: a hash {units, ts}; tokens refill continuously up to capacity.
+-- Token bucket: a hash {u = units, t = time in ms}; tokens refill continuously
+-- up to capacity. The field names are one letter because a small hash (a
+-- listpack) stores them in every key: it keeps a bucket at 120 bytes.
 --
 -- KEYS[1]  the bucket
 -- ARGV[1]  capacity in tokens
@@ -40,7 +42,7 @@ local full = capacity * period
 local need = cost * period
 
 local units = full
-local state = redis.call('HMGET', key, 'units', 'ts')
+local state = redis.call('HMGET', key, 'u', 't')
 if state[1] then
   units = tonumber(state[1])
   local elapsed = now - tonumber(state[2])
@@ -68,7 +70,7 @@ if commit then
     -- Written on denied hits too: the state is unchanged in meaning, and the
     -- TTL (the time until the bucket is full again, after which the key holds
     -- nothing a missing key does not) is healed if it was removed.
-    redis.call('HSET', key, 'units', int(units), 'ts', int(now))
+    redis.call('HSET', key, 'u', int(units), 't', int(now))
     redis.call('PEXPIRE', key, int(reset))
   end
 end

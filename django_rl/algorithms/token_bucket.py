@@ -1,6 +1,6 @@
 """Token bucket: bursts up to a capacity, an average rate over time.
 
-State: a hash ``{units, ts}`` per identity (tokens in units of 1/period of a
+State: a hash ``{u: units, t: time}`` per identity (tokens in units of 1/period of a
 token, see ``token_bucket.lua``). ``capacity`` is the burst size; ``rate`` the
 refill, e.g. ``"1/s"``. A hit of cost c takes c tokens; Retry-After is the
 time until c tokens are back. Denied hits take nothing.
@@ -30,6 +30,7 @@ MAX_UNITS = 2**52
 class TokenBucket:
     name: ClassVar[str] = "token_bucket"
     parameters: ClassVar[frozenset[str]] = frozenset({"rate", "capacity"})
+    denial_holds_for_any_cost: ClassVar[bool] = False
 
     def __init__(self, capacity: int, rate: Rate) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -9,6 +10,10 @@ from collections.abc import Callable
 #: Seconds between two measurements of the offset. Monotonic clocks drift
 #: from the server's by well under 1 ms in this time.
 RESYNC_INTERVAL = 30.0
+
+
+class ClockUnavailable(Exception):
+    """The offset is unknown and the measurement this call waited for failed."""
 
 
 class ServerClock:
@@ -22,9 +27,14 @@ class ServerClock:
     estimate is off by at most half the round trip of that measurement. The
     monotonic clock makes it immune to steps of this host's wall clock.
 
+    While Redis does not answer, a call of :meth:`now_ms` costs at most one
+    measurement, the caller's own or one it waited for, never one per thread
+    in a queue: a caller that waited for a measurement which failed raises
+    :class:`ClockUnavailable` at once instead of trying again.
+
     :param read_server_time: returns the server's ``TIME`` as
         ``(seconds, microseconds)``; it may raise (Redis down), in which case
-        :meth:`now_ms` raises too and the next call tries again.
+        :meth:`now_ms` raises it and a later call tries again.
     """
 
     def __init__(
@@ -37,25 +47,40 @@ class ServerClock:
         self._lock = threading.Lock()
         self._offset: float | None = None
         self._resync_at = 0.0
+        self._failed_at = -math.inf
 
     def now_ms(self) -> int:
-        """Return the estimated server time in milliseconds since the epoch."""
+        """Return the estimated server time in milliseconds since the epoch.
+
+        :raises ClockUnavailable: if the offset was never measured and the
+            measurement this call waited for failed.
+        """
         now = time.monotonic()
         if now >= self._resync_at:
             self._resync(now)
-        assert self._offset is not None
-        return int((now + self._offset) * 1000)
+        offset = self._offset
+        if offset is None:
+            raise ClockUnavailable("the Redis server's clock could not be read")
+        return int((now + offset) * 1000)
 
     def _resync(self, now: float) -> None:
-        # Only one thread measures; the others keep the previous offset, if
-        # there is one, rather than queue up behind a round trip.
+        # With an offset, only one thread measures; the others keep the
+        # previous offset rather than queue up behind a round trip. Without
+        # one, they must wait for it.
         if not self._lock.acquire(blocking=self._offset is None):
             return
         try:
-            if now < self._resync_at:
-                return  # another thread measured while we waited for the lock
+            if now < self._resync_at or self._failed_at >= now:
+                # Another thread measured while we waited for the lock, or
+                # tried and failed: Redis did not answer it either, so do not
+                # wait a second time.
+                return
             before = time.monotonic()
-            seconds, microseconds = self._read_server_time()
+            try:
+                seconds, microseconds = self._read_server_time()
+            except BaseException:
+                self._failed_at = time.monotonic()
+                raise
             after = time.monotonic()
             self._offset = seconds + microseconds / 1e6 - (before + after) / 2
             self._resync_at = after + self._resync_interval

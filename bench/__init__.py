@@ -1,0 +1,1 @@
+"""Benchmarks of django_rl against its floors and its peers (see docs/performance.md)."""

@@ -1,0 +1,214 @@
+"""Cost of one rate-limit decision: django_rl against its floors and its peers.
+
+    python -m bench.decisions [--rounds N] [--batch N] [--quick] [--json PATH] [--strict]
+
+Starts its own redis-server on a free port (and stops it), then measures:
+
+1. speed: µs per allowed decision (median of interleaved rounds, p25-p75),
+   ratio to PING and to the row's raw floor, commands and round trips;
+2. memory per identity after 100 hits at a limit of 100 (``MEMORY USAGE``);
+3. a flood from one denied client, with and without the local deny cache;
+4. over-admission: 8 threads (800 attempts) and 4 processes (400 attempts)
+   at a limit of 100;
+
+checks the targets of docs/performance.md, prints tables and writes JSON
+(default ``bench/results/decisions.json``); ``--strict`` exits 1 if a target
+is missed. See bench/measure.py for how.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from importlib import metadata
+from typing import Any
+
+from bench.flood import flood, flood_rows
+from bench.limiters import LIMITERS, Limiter
+from bench.measure import commands_and_round_trips, interleaved, memory_per_identity, ratio
+from bench.overadmission import over_admission
+from bench.report import bench_parser, check_targets, finish, print_table
+from tests.redis_server import RedisServer
+
+PACKAGES = (
+    "Django",
+    "redis",
+    "hiredis",
+    "django-redis",
+    "djangorestframework",
+    "django-ratelimit",
+    "limits",
+    "django-smart-ratelimit",
+)
+#: Clients the speed rows spread their hits over.
+POPULATION = 1000
+COUNTED_DECISIONS = 300
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser(__doc__ or "", "decisions.json", "5 rounds of 20")
+    parser.add_argument("--rounds", type=int, default=100, help="interleaved rounds (default 100)")
+    parser.add_argument("--batch", type=int, default=50, help="decisions per row per round (50)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.batch = 5, 20
+    server = RedisServer()
+    server.start()
+    try:
+        results = run(server, rounds=args.rounds, batch=args.batch)
+    finally:
+        server.close()
+    missed = [target["target"] for target in results["targets"] if not target["met"]]
+    return finish(args.json, results, missed, args.strict)
+
+
+def run(server: RedisServer, *, rounds: int, batch: int) -> dict[str, Any]:
+    os.environ["BENCH_REDIS_URL"] = server.url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    import django
+
+    django.setup()
+    admin = server.client()
+    started = time.monotonic()
+    results: dict[str, Any] = {"environment": environment(admin, rounds, batch)}
+    print_environment(results["environment"])
+
+    results["speed"] = speed(admin, rounds=rounds, batch=batch)
+    results["memory"] = memory(admin)
+    wait_for_a_fresh_hour(admin)
+    results["flood"] = flood(admin, rounds=rounds, batch=batch * 5)
+    print_table(
+        "Flood from one denied client (limit 100/h, used up): µs per denied decision",
+        ["row", "µs median", "p25-p75", "x PING", "commands", "round trips"],
+        flood_rows(results["flood"]),
+    )
+    limiters = [limiter for limiter in LIMITERS if limiter.limits_requests]
+    results["over_admission"] = over_admission(limiters, server.url)
+    print_table(
+        "Over-admission at a limit of 100 (allowed; exact is 100)",
+        ["row", "8 threads, 800 attempts", "4 processes, 400 attempts"],
+        [
+            [name, str(counts["threads"]), str(counts["processes"])]
+            for name, counts in results["over_admission"].items()
+        ],
+    )
+    results["targets"] = check_targets(results)
+    results["seconds"] = round(time.monotonic() - started, 1)
+    print(f"\nbench.decisions took {results['seconds']} s")
+    return results
+
+
+def environment(admin: Any, rounds: int, batch: int) -> dict[str, Any]:
+    info = admin.info("server")
+    return {
+        "python": platform.python_version(),
+        "redis_server": info["redis_version"],
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "packages": {name: _version(name) for name in PACKAGES},
+        "rounds": rounds,
+        "batch": batch,
+        "population": POPULATION,
+    }
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def print_environment(env: dict[str, Any]) -> None:
+    packages = ", ".join(f"{name} {version}" for name, version in env["packages"].items())
+    load = ", ".join(f"{x:.2f}" for x in env["load_average"])
+    print(f"Python {env['python']}, redis-server {env['redis_server']}, {env['cpus']} CPUs")
+    print(f"load average before: {load}")
+    print(packages)
+    print(f"{env['rounds']} interleaved rounds of {env['batch']} decisions per row")
+
+
+def speed(admin: Any, *, rounds: int, batch: int) -> dict[str, Any]:
+    addresses = [f"10.{i // 65536}.{i // 256 % 256}.{i % 256}" for i in range(POPULATION)]
+    rows = {limiter.name: limiter.build(1_000_000, addresses) for limiter in LIMITERS}
+    samples = interleaved(rows, rounds=rounds, batch=batch, population=POPULATION)
+    results: dict[str, Any] = {}
+    for limiter in LIMITERS:
+        commands, round_trips, by_name = commands_and_round_trips(
+            rows[limiter.name], COUNTED_DECISIONS, admin
+        )
+        results[limiter.name] = {
+            "group": limiter.group,
+            **samples[limiter.name].summary(),
+            "ping_ratio": ratio(samples, limiter.name, "PING"),
+            "floor": limiter.floor,
+            "floor_ratio": ratio(samples, limiter.name, limiter.floor) if limiter.floor else None,
+            "commands": commands,
+            "round_trips": round_trips,
+            "commands_by_name": by_name,
+        }
+    print_table(
+        "Speed: µs per allowed decision (limit 1,000,000/h, 1,000 clients)",
+        [
+            "row",
+            "µs median",
+            "p25-p75",
+            "CPU µs",
+            "x PING",
+            "x raw floor",
+            "commands",
+            "round trips",
+        ],
+        [_speed_row(name, row) for name, row in results.items()],
+    )
+    return results
+
+
+def _speed_row(name: str, row: dict[str, Any]) -> list[str]:
+    return [
+        name,
+        f"{row['median_us']:.1f}",
+        f"{row['p25_us']:.1f}-{row['p75_us']:.1f}",
+        f"{row['cpu_median_us']:.1f}",
+        f"{row['ping_ratio']:.2f}",
+        f"{row['floor_ratio']:.3f}" if row["floor_ratio"] else "",
+        f"{row['commands']:g}",
+        f"{row['round_trips']:g}",
+    ]
+
+
+def memory(admin: Any) -> dict[str, Any]:
+    results = {}
+    for limiter in LIMITERS:
+        if limiter.limits_requests and _first_front_door(limiter):
+            decide = limiter.build(100, ["198.51.100.1"])
+            results[limiter.name] = memory_per_identity(decide, 100, admin)
+    print_table(
+        "Memory per identity after 100 hits at a limit of 100 (MEMORY USAGE)",
+        ["row", "bytes", "keys", "type/encoding", "allowed"],
+        [
+            [name, str(r["bytes"]), str(r["keys"]), ", ".join(r["encodings"]), str(r["allowed"])]
+            for name, r in results.items()
+        ],
+    )
+    return results
+
+
+def _first_front_door(limiter: Limiter) -> bool:
+    """The decorator and the throttle keep the same state as Policy.hit: measure it once."""
+    return limiter.group != "django_rl" or limiter.name.endswith("Policy.hit")
+
+
+def wait_for_a_fresh_hour(admin: Any, margin_s: float = 90.0) -> None:
+    """Fixed windows of an hour: do not let the flood or a race straddle an edge."""
+    seconds, _ = admin.time()
+    left = 3600 - int(seconds) % 3600
+    if left < margin_s:
+        print(f"(waiting {left} s for the next hour's window)")
+        time.sleep(left + 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""End to end: the example project under gunicorn, loaded by wrk on loopback.
+
+    python -m bench.endtoend [--seconds N] [--repeats N] [--quick] [--json PATH] [--strict]
+
+Requests per second of a small DRF endpoint with ``PolicyThrottle`` (fixed
+window) against its twin without a throttle, and of a view decorated with
+``@ratelimit`` (token bucket) against its undecorated twin. Every request is
+allowed (the limits are out of reach): this is what the limiter costs a
+request that gets through.
+
+Setup: its own redis-server; gunicorn with 2 x cores + 1 sync workers;
+wrk with 1 thread and 8 connections, runs of ``--seconds`` each, limited and
+open runs alternating (ABBA), ratio = median over the repeats of limited /
+open. CPU time of wrk, of the gunicorn workers and of redis-server is read
+from /proc for every run, to show which one is the bottleneck. Every process
+started here is stopped by its pid before the script exits.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from bench.report import bench_parser, finish, print_table
+from tests.redis_server import RedisServer, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+PAIRS = {
+    "DRF endpoint (PolicyThrottle, fixed_window)": ("/api/items/", "/open/api/items/"),
+    "plain view (@ratelimit, token_bucket)": ("/burst/", "/open/burst/"),
+}
+WORKERS = 2 * (os.cpu_count() or 1) + 1  # gunicorn's advice: (2 x cores) + 1
+CONNECTIONS = 8
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser(__doc__ or "", "endtoend.json", "2 pairs of 1 s runs")
+    parser.add_argument("--seconds", type=int, default=2, help="length of one wrk run (2)")
+    parser.add_argument("--repeats", type=int, default=8, help="pairs per endpoint (8)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seconds, args.repeats = 1, 2
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        print("wrk is not installed: `make bench` installs it (apt-get install wrk)")
+        return 2
+    redis_server = RedisServer()
+    redis_server.start()
+    gunicorn = Gunicorn(redis_server.url)
+    try:
+        gunicorn.start()
+        results = run(wrk, gunicorn, redis_server, seconds=args.seconds, repeats=args.repeats)
+    finally:
+        gunicorn.stop()
+        redis_server.close()
+    missed = [
+        f"{name}: limited / open >= 0.85"
+        for name, pair in results["pairs"].items()
+        if pair["ratio"] < 0.85
+    ]
+    return finish(args.json, results, missed, args.strict)
+
+
+class Gunicorn:
+    """The example project under gunicorn, sync workers, on a free loopback port."""
+
+    def __init__(self, redis_url: str) -> None:
+        self.port = free_port()
+        self.directory = tempfile.mkdtemp(prefix="django-rl-e2e-")
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "bench.e2e_settings",
+            "REDIS_URL": redis_url,
+            "EXAMPLE_DB": os.path.join(self.directory, "db.sqlite3"),
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        command = [
+            sys.executable, "-m", "gunicorn",
+            "--workers", str(WORKERS), "--worker-class", "sync",
+            "--bind", f"127.0.0.1:{self.port}",
+            "--log-level", "warning", "--error-logfile", os.path.join(self.directory, "error.log"),
+            "example_project.wsgi:application",
+        ]  # fmt: skip
+        self.process = subprocess.Popen(command, cwd=ROOT, env=self.env)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/open/burst/", timeout=1) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"gunicorn did not answer; see {self.directory}/error.log")
+
+    def workers(self) -> list[int]:
+        """Return the pids of the master's worker processes."""
+        assert self.process is not None
+        return _children(self.process.pid)
+
+    def stop(self) -> None:
+        """SIGTERM the master (it stops its workers), SIGKILL after 10 s; then clean up."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                for pid in _children(process.pid):
+                    os.kill(pid, signal.SIGKILL)
+                process.kill()
+                process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _children(pid: int) -> list[int]:
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                children.append(int(entry))
+    return children
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """Return the user + system CPU time the processes have used so far."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total / TICKS
+
+
+def wrk_run(wrk: str, url: str, seconds: int) -> dict[str, float]:
+    """Run wrk once; return requests per second and wrk's own CPU time."""
+    before = os.times()
+    result = subprocess.run(
+        [wrk, "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", url],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 30,
+        check=True,
+    )
+    after = os.times()
+    rps = re.search(r"Requests/sec:\s+([0-9.]+)", result.stdout)
+    if rps is None or "Non-2xx" in result.stdout or "Socket errors" in result.stdout:
+        raise RuntimeError(f"wrk run against {url} went wrong:\n{result.stdout}")
+    wrk_cpu = (after.children_user - before.children_user) + (
+        after.children_system - before.children_system
+    )
+    return {"rps": float(rps.group(1)), "wrk_cpu": wrk_cpu}
+
+
+def run(
+    wrk: str, gunicorn: Gunicorn, redis_server: RedisServer, *, seconds: int, repeats: int
+) -> dict[str, Any]:
+    assert redis_server.process is not None
+    workers = gunicorn.workers()
+    servers = {"workers": workers, "redis": [redis_server.process.pid]}
+    for limited, open_ in PAIRS.values():  # warm both workers' connections and caches
+        wrk_run(wrk, gunicorn.url + limited, 1)
+        wrk_run(wrk, gunicorn.url + open_, 1)
+    results: dict[str, Any] = {
+        "setup": {
+            "gunicorn": f"{WORKERS} sync workers",
+            "cpus": os.cpu_count(),
+            "wrk": f"1 thread, {CONNECTIONS} connections, {seconds} s runs",
+            "repeats": repeats,
+            "load_average": os.getloadavg(),
+        },
+        "pairs": {},
+    }
+    for name, (limited, open_) in PAIRS.items():
+        runs: dict[str, list[dict[str, float]]] = {"limited": [], "open": []}
+        for repeat in range(repeats):
+            order = [("limited", limited), ("open", open_)]
+            for kind, path in order if repeat % 2 == 0 else order[::-1]:
+                cpu_before = {k: cpu_seconds(v) for k, v in servers.items()}
+                measured = wrk_run(wrk, gunicorn.url + path, seconds)
+                for k, v in servers.items():
+                    measured[f"{k}_cpu"] = cpu_seconds(v) - cpu_before[k]
+                runs[kind].append(measured)
+        ratios = [a["rps"] / b["rps"] for a, b in zip(runs["limited"], runs["open"], strict=True)]
+        results["pairs"][name] = {
+            "paths": [limited, open_],
+            "limited_rps": statistics.median(r["rps"] for r in runs["limited"]),
+            "open_rps": statistics.median(r["rps"] for r in runs["open"]),
+            "ratio": statistics.median(ratios),
+            "runs": runs,
+        }
+    print_results(results, seconds)
+    return results
+
+
+def print_results(results: dict[str, Any], seconds: int) -> None:
+    rows = []
+    for name, pair in results["pairs"].items():
+        for kind, path in zip(("limited", "open"), pair["paths"], strict=True):
+            runs = pair["runs"][kind]
+            cpu = {
+                k: statistics.median(r[k] for r in runs) / seconds for k in runs[0] if "cpu" in k
+            }
+            per_request = statistics.median(r["workers_cpu"] / (r["rps"] * seconds) for r in runs)
+            rows.append(
+                [
+                    name if kind == "limited" else "",
+                    path,
+                    f"{pair[f'{kind}_rps']:.0f}",
+                    f"{pair['ratio']:.3f}" if kind == "limited" else "",
+                    f"{cpu['wrk_cpu']:.0%}",
+                    f"{cpu['workers_cpu']:.0%}",
+                    f"{per_request * 1e6:.0f}",
+                    f"{cpu['redis_cpu']:.0%}",
+                ]
+            )
+    print_table(
+        f"End to end: requests per second, gunicorn ({WORKERS} sync workers) + wrk on loopback",
+        [
+            "endpoint",
+            "path",
+            "req/s (median)",
+            "limited / open",
+            "wrk CPU",
+            "workers CPU",
+            "worker CPU µs/request",
+            "redis CPU",
+        ],
+        rows,
+    )
+    print("\nCPU: share of one core over a run. Target: limited / open >= 0.85.")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""How the decision benchmarks measure: time, commands, round trips, memory.
+
+* Time: rounds of ``batch`` decisions per row, every row once per round, in a
+  new random order each round (interleaved, so drift of a shared machine hits
+  every row alike). A row's figure is the median of its rounds; ratios are
+  the median of the per-round ratios (both rows measured moments apart).
+  Wall time per decision, and this process's CPU time per decision (the
+  Python work around the round trip, steadier than wall time on a busy host).
+* Commands: ``INFO commandstats`` before and after, so commands that Lua
+  scripts run count too.
+* Round trips: redis-py's ``send_packed_command`` calls (a pipeline sends once;
+  every send waits for its reply), counted in this process.
+* Memory: ``MEMORY USAGE key SAMPLES 0`` summed over the keys one identity
+  leaves behind.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.connection import AbstractConnection
+
+Decide = Callable[[int], bool]
+
+
+@dataclass
+class Samples:
+    """Per-round µs per decision of one row."""
+
+    wall: list[float]
+    cpu: list[float]
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "median_us": statistics.median(self.wall),
+            "p25_us": _quantile(self.wall, 1),
+            "p75_us": _quantile(self.wall, 3),
+            "cpu_median_us": statistics.median(self.cpu),
+        }
+
+
+def _quantile(values: Sequence[float], quarter: int) -> float:
+    return statistics.quantiles(values, n=4, method="inclusive")[quarter - 1]
+
+
+def interleaved(
+    rows: Mapping[str, Decide], *, rounds: int, batch: int, population: int, seed: int = 5
+) -> dict[str, Samples]:
+    """Time every row ``rounds`` times, ``batch`` decisions each, interleaved.
+
+    Decision k of a round goes to client ``(offset + k) % population``, so
+    every row spreads its hits over the same clients.
+    """
+    order = list(rows)
+    shuffle = random.Random(seed).shuffle
+    samples = {name: Samples([], []) for name in rows}
+    for decide in rows.values():  # connect, load scripts, warm caches
+        for i in range(min(population, 50)):
+            decide(i)
+    for round_index in range(rounds):
+        offset = round_index * batch
+        indexes = [(offset + k) % population for k in range(batch)]
+        shuffle(order)
+        gc.collect()
+        for name in order:
+            decide = rows[name]
+            wall, cpu = time.perf_counter(), time.process_time()
+            for i in indexes:
+                decide(i)
+            cpu = time.process_time() - cpu
+            wall = time.perf_counter() - wall
+            samples[name].wall.append(wall / batch * 1e6)
+            samples[name].cpu.append(cpu / batch * 1e6)
+    return samples
+
+
+def ratio(samples: Mapping[str, Samples], row: str, base: str) -> float:
+    """Return the median over rounds of row / base (same round, moments apart)."""
+    pairs = zip(samples[row].wall, samples[base].wall, strict=True)
+    return statistics.median(a / b for a, b in pairs)
+
+
+class SendCounter:
+    """Count redis-py sends in this process while :meth:`counting` is active."""
+
+    def __init__(self) -> None:
+        self.sends = 0
+
+    @contextmanager
+    def counting(self) -> Iterator[None]:
+        original = AbstractConnection.send_packed_command
+        counter = self
+
+        def send_packed_command(self: Any, *args: Any, **kwargs: Any) -> Any:
+            counter.sends += 1
+            return original(self, *args, **kwargs)
+
+        AbstractConnection.send_packed_command = send_packed_command  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            AbstractConnection.send_packed_command = original  # type: ignore[method-assign]
+
+
+def command_calls(client: redis.Redis) -> dict[str, int]:
+    """Return the server's calls per command so far (``INFO commandstats``)."""
+    stats = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+
+
+def commands_and_round_trips(
+    decide: Decide, decisions: int, server: redis.Redis
+) -> tuple[float, float, dict[str, float]]:
+    """Return (commands, round trips, commands by name), per decision, for ``decisions`` calls."""
+    counter = SendCounter()
+    before = command_calls(server)
+    with counter.counting():
+        for i in range(decisions):
+            decide(i)
+        sends = counter.sends
+    after = command_calls(server)
+    delta = {
+        name: (calls - before.get(name, 0)) / decisions
+        for name, calls in after.items()
+        if name != "info" and calls != before.get(name, 0)
+    }
+    return sum(delta.values()), sends / decisions, delta
+
+
+def memory_per_identity(decide: Decide, hits: int, server: redis.Redis) -> dict[str, Any]:
+    """Empty the server, make ``hits`` decisions for one client, return what it left."""
+    server.flushall()
+    allowed = sum(decide(0) for _ in range(hits))
+    keys = sorted(server.scan_iter(count=1000))
+    total = 0
+    encodings = []
+    for key in keys:
+        total += int(server.memory_usage(key, samples=0) or 0)
+        encodings.append(f"{server.type(key).decode()}/{server.object('encoding', key).decode()}")
+    return {
+        "bytes": total,
+        "keys": len(keys),
+        "encodings": sorted(set(encodings)),
+        "allowed": allowed,
+    }

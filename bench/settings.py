@@ -1,0 +1,67 @@
+"""Django settings of the decision benchmarks. ``BENCH_REDIS_URL`` names the
+bench's own redis-server (``decisions.py`` starts it and sets the variable).
+
+Every limiter talks to that server through redis-py with the same socket
+timeouts, so no one pays for options another does not have.
+"""
+
+from __future__ import annotations
+
+import os
+
+from bench.limiters import ALGORITHMS, policy_name
+from tests.redis_server import caches_for
+
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:1/0")
+#: The socket timeouts ``caches_for`` gives django-redis, given to every peer too.
+SOCKET_TIMEOUT = 1.0
+
+SECRET_KEY = "bench-only-not-secret"
+DEBUG = False
+USE_TZ = True
+ALLOWED_HOSTS = ["*"]
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "rest_framework",
+    "django_rl",
+]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+
+CACHES = caches_for(REDIS_URL)
+
+#: The limits every limiter is measured at: a large one for the speed table
+#: (every decision allowed), 100 for memory and over-admission.
+LIMITS = (100, 1_000_000)
+
+
+def _policy(algorithm: str, limit: int) -> dict[str, object]:
+    spec: dict[str, object] = {"algorithm": algorithm, "rate": f"{limit}/h", "key": "ip"}
+    if algorithm == "token_bucket":
+        spec["capacity"] = limit
+    return spec
+
+
+DJANGO_RL = {
+    "POLICIES": {
+        policy_name(algorithm, limit): _policy(algorithm, limit)
+        for algorithm in ALGORITHMS
+        for limit in LIMITS
+    },
+}
+
+REST_FRAMEWORK = {"DEFAULT_THROTTLE_CLASSES": []}
+
+# django-ratelimit: on the same django-redis cache, under its own prefix.
+RATELIMIT_USE_CACHE = "default"
+RATELIMIT_CACHE_PREFIX = "drl:"
+
+# django-smart-ratelimit: its Redis backend, its default sliding window.
+RATELIMIT_BACKEND = "redis"
+RATELIMIT_REDIS = {
+    "url": REDIS_URL,
+    "socket_timeout": SOCKET_TIMEOUT,
+    "socket_connect_timeout": SOCKET_TIMEOUT,
+}
+RATELIMIT_KEY_PREFIX = "srl:"

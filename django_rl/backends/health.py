@@ -1,0 +1,70 @@
+"""Outages of Redis as one process sees them: one log line when one starts, one when it ends."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+logger = logging.getLogger("django_rl")
+
+
+class Health:
+    """Track whether the Redis behind one ``CACHES`` alias answers.
+
+    A dead Redis must log one warning, not one per request, and one info line
+    when it answers again. Callers read :attr:`epoch` before they talk to
+    Redis and pass it to :meth:`failed` or :meth:`succeeded`; the state only
+    changes for a call that started in the current epoch. Under concurrency
+    that matters: a call that was sent before Redis died and is answered just
+    after another call saw the failure must not log "back", and a call stuck
+    on a paused server that times out just after Redis resumed must not log a
+    new outage. Without epochs the moments Redis dies and returns would each
+    log a flurry of warning/info pairs.
+    """
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self.down = False
+        self._epoch = 0
+        self._lock = threading.Lock()
+
+    @property
+    def epoch(self) -> int:
+        """Return a number that changes each time Redis goes down or comes back."""
+        return self._epoch
+
+    def failed(self, exc: Exception, epoch: int | None = None) -> bool:
+        """Record a call, started in ``epoch`` (default: now), that Redis did not answer.
+
+        :return: whether this call started an outage.
+        """
+        if self.down:
+            return False
+        with self._lock:
+            if self.down or (epoch is not None and epoch != self._epoch):
+                return False
+            self.down = True
+            self._epoch += 1
+        logger.warning(
+            "Redis for rate limiting (CACHES[%r]) is unavailable (%s: %s); "
+            "decisions follow fail_open (default FAIL_OPEN) until it answers again.",
+            self.alias,
+            type(exc).__name__,
+            exc,
+        )
+        return True
+
+    def succeeded(self, epoch: int | None = None) -> bool:
+        """Record a call, started in ``epoch`` (default: now), that Redis answered.
+
+        :return: whether this call ended an outage.
+        """
+        if not self.down:
+            return False  # the hot path: one attribute read, no lock
+        with self._lock:
+            if not self.down or (epoch is not None and epoch != self._epoch):
+                return False
+            self.down = False
+            self._epoch += 1
+        logger.info("Redis for rate limiting (CACHES[%r]) is back.", self.alias)
+        return True

@@ -1,0 +1,210 @@
+"""The local deny cache: a flood from a denied client costs no Redis round trip.
+
+When Redis answers "denied, retry after R" for a (policy, identity), this
+process remembers it and answers the same hits itself, without Redis, until R
+has passed or ``DENY_CACHE_MAX_AGE`` seconds have, whichever comes first. Only
+denials are remembered, and only those whose answer stays exactly true until
+then, so no hit Redis would allow is ever denied here:
+
+* ``fixed_window``: any denial, for hits of any cost. The window's counter
+  only grows until the window ends, so until then every hit is denied, with
+  ``remaining == 0`` and the window's end as Retry-After.
+* ``sliding_log`` and ``token_bucket``: denials of cost 1, for hits of cost 1.
+  Until R no entry leaves the log and no whole token comes back, so no hit of
+  cost 1 can pass and ``remaining`` stays 0. A denial of cost 5 says nothing
+  about cost 1 (it may fit), and after a denial of cost 1 a hit of cost 5
+  would be told too short a Retry-After, so both go to Redis.
+
+Only removing the state can make such a hit pass before R. ``Policy.reset``
+forgets the entry in this process; other processes keep denying until their
+own entry ends, at most min(R, ``DENY_CACHE_MAX_AGE``) after they were told.
+The same holds after the keys are deleted by hand or the database is flushed.
+
+The entry ends before Redis would allow the hit: R is counted from when the
+request was sent (before the server read its clock), less 1 ms for the
+server's rounding to milliseconds and 0.1% for the rate at which this host's
+monotonic clock and the server's clock may drift apart (NTP slews a clock by
+at most 0.05%). A hit in that last sliver goes to Redis, which decides.
+
+``peek`` neither reads nor fills the cache: it always asks Redis. Decisions
+made while Redis is down (``degraded``) are never remembered.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+import time
+from collections.abc import Callable
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from django_rl.conf import get_settings
+from django_rl.decision import Decision
+
+#: How far apart the rates of this host's monotonic clock and the Redis
+#: server's clock may be, as a fraction (twice NTP's largest slew).
+CLOCK_RATE_MARGIN = 0.001
+#: Redis computes times in whole milliseconds.
+ROUNDING_MARGIN = 0.001
+
+
+class _Denial:
+    """One remembered denial (times on the cache's clock, in seconds)."""
+
+    __slots__ = ("any_cost", "last", "limit", "policy", "reset_at", "retry_at", "until")
+
+    def __init__(
+        self,
+        until: float,
+        retry_at: float,
+        reset_at: float,
+        any_cost: bool,
+        limit: int,
+        policy: str,
+    ) -> None:
+        self.until = until  # answer locally while the clock reads less than this
+        self.retry_at = retry_at
+        self.reset_at = reset_at
+        self.any_cost = any_cost
+        self.limit = limit
+        self.policy = policy
+        # The last answer given, reused while Retry-After in ms is the same:
+        # a flood asks many times a millisecond, and a Decision costs more
+        # to build than the rest of a local answer.
+        self.last: tuple[int, Decision] | None = None  # (Retry-After in ms, answer)
+
+
+class DenyCache:
+    """Denials this process remembers, by Redis key; at most ``max_entries`` of them.
+
+    When full, remembering a new denial drops the entry remembered longest
+    ago. An entry that has ended is dropped when a lookup meets it.
+    Thread-safe: lookups read a dict without a lock; changes take one.
+
+    :param max_entries: the most entries kept (at least 1).
+    :param max_age: the longest an entry is used, in seconds, whatever the
+        Retry-After: this bounds how long other processes keep denying after
+        a reset.
+    :param clock: a monotonic clock in seconds (injected by tests).
+    """
+
+    def __init__(
+        self,
+        max_entries: int,
+        max_age: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, not {max_entries}")
+        self.max_entries = max_entries
+        self.max_age = max_age
+        self.clock = clock
+        self._entries: dict[str, _Denial] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def lookup(self, key: str, cost: int) -> Decision | None:
+        """Return the denial remembered for a hit of ``cost`` on ``key``, or ``None``.
+
+        ``None`` means: ask Redis.
+        """
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        now = self.clock()
+        if now >= entry.until:
+            self._drop(key, entry)
+            return None
+        if cost != 1 and not entry.any_cost:
+            return None
+        # Whole milliseconds, rounded up, as Redis's own answers are.
+        retry_ms = math.ceil((entry.retry_at - now) * 1000)
+        last = entry.last
+        if last is not None and last[0] == retry_ms:
+            return last[1]
+        decision = Decision(
+            allowed=False,
+            limit=entry.limit,
+            remaining=0,
+            retry_after=retry_ms / 1000,
+            reset_after=math.ceil((entry.reset_at - now) * 1000) / 1000,
+            policy=entry.policy,
+        )
+        entry.last = (retry_ms, decision)  # one assignment: threads see both or neither
+        return decision
+
+    def remember(
+        self, key: str, decision: Decision, cost: int, asked_at: float, *, any_cost: bool
+    ) -> None:
+        """Remember Redis's answer to a hit of ``cost`` sent at ``asked_at``, if it is a denial.
+
+        :param asked_at: this cache's ``clock()`` just before the request was sent.
+        :param any_cost: the denial holds for hits of every cost until its
+            Retry-After (``fixed_window``); else only for cost 1, and only a
+            denial of cost 1 is remembered.
+        """
+        if decision.allowed or decision.degraded or decision.remaining != 0:
+            return
+        if cost != 1 and not any_cost:
+            return
+        lasts = decision.retry_after * (1 - CLOCK_RATE_MARGIN) - ROUNDING_MARGIN
+        until = asked_at + min(lasts, self.max_age)
+        if until <= self.clock():
+            return
+        entry = _Denial(
+            until,
+            asked_at + decision.retry_after,
+            asked_at + decision.reset_after,
+            any_cost,
+            decision.limit,
+            decision.policy,
+        )
+        with self._lock:
+            # Popped first so that a key remembered again moves to the end.
+            self._entries.pop(key, None)
+            while len(self._entries) >= self.max_entries:
+                del self._entries[next(iter(self._entries))]
+            self._entries[key] = entry
+
+    def forget(self, key: str) -> None:
+        """Drop the entry of ``key``, if any (``Policy.reset`` calls this)."""
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        with self._lock:
+            self._entries.clear()
+
+    def _drop(self, key: str, entry: _Denial) -> None:
+        with self._lock:
+            # Another thread may have remembered a newer denial meanwhile.
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+
+
+@functools.cache
+def get_deny_cache() -> DenyCache | None:
+    """Return this process's deny cache, or ``None`` when ``DENY_CACHE_SIZE`` is 0.
+
+    Built on first use and rebuilt (empty) when the settings change.
+    """
+    settings = get_settings()
+    if settings.deny_cache_size == 0:
+        return None
+    return DenyCache(settings.deny_cache_size, settings.deny_cache_max_age)
+
+
+@receiver(setting_changed)
+def _forget_deny_cache(*, setting: str, **kwargs: object) -> None:
+    # CACHES too: the same keys on another Redis say nothing about this one.
+    if setting in ("DJANGO_RL", "CACHES"):
+        get_deny_cache.cache_clear()

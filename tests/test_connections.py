@@ -1,0 +1,87 @@
+"""Each thread keeps one connection of the pool; a forked child makes its own."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+from django.test import override_settings
+
+from django_rl import get_policy
+from django_rl.backends import redis as redis_backend
+from tests.redis_server import RedisServer, caches_for
+
+#: No other test uses this database.
+DB = 5
+
+
+def connections_on(client, db: int) -> int:
+    return sum(1 for c in client.client_list() if c["db"] == str(db))
+
+
+def hit_in_threads(policy, count: int) -> tuple[set[int], int]:
+    """Hit from ``count`` threads at once.
+
+    Return the ids of their clients and the connections counted while every
+    thread held its own (no reference to a client is kept).
+    """
+    barrier = threading.Barrier(count + 1)
+    clients: set[int] = set()
+
+    def worker() -> None:
+        policy.hit("ip:192.0.2.2")
+        clients.add(id(policy.backend.client))
+        barrier.wait(10)  # every thread holds its connection now
+        barrier.wait(10)
+
+    threads = [threading.Thread(target=worker) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    barrier.wait(10)
+    during = connections_on(policy.backend.client, DB)
+    barrier.wait(10)
+    for thread in threads:
+        thread.join()
+    return clients, during
+
+
+def test_each_thread_keeps_one_connection_given_back_when_it_ends(redis_server, redis_client):
+    # A database of its own: its own URL, so a pool of its own (django-redis
+    # keeps one per URL for the process) whose connections we can count.
+    with override_settings(CACHES=caches_for(redis_server.url.removesuffix("/0") + f"/{DB}")):
+        policy = get_policy("login")
+        policy.hit("ip:192.0.2.1")
+        mine = policy.backend.client
+        assert policy.backend.client is mine
+        assert connections_on(redis_client, DB) == 1
+        theirs, during = hit_in_threads(policy, 3)
+        assert (during, len(theirs | {id(mine)})) == (4, 4)
+        gc.collect()
+        # Three new threads reuse the three connections given back: none is opened.
+        assert hit_in_threads(policy, 3)[1] == 4
+
+
+def test_a_forked_child_makes_its_own_connections():
+    backend = get_policy("login").backend
+    inherited = backend.client
+    redis_backend._after_fork_in_child()  # what os.register_at_fork runs in a child
+    assert backend.client is not inherited
+
+
+def test_a_redis_restart_costs_no_decision(caplog):
+    # The kept connection finds out the server closed it when it uses it, and
+    # sends the command once more on a new one.
+    server = RedisServer()
+    server.start()
+    try:
+        with override_settings(CACHES=caches_for(server.url)):
+            policy = get_policy("login")
+            assert policy.hit("ip:192.0.2.3").remaining == 4
+            port = server.port
+            server.stop()
+            server.start(port=port)
+            decisions = [policy.hit("ip:192.0.2.3") for _ in range(2)]
+    finally:
+        server.close()
+    assert [(d.degraded, d.remaining) for d in decisions] == [(False, 4), (False, 3)]
+    assert caplog.records == []

@@ -1,0 +1,56 @@
+"""One warning when an outage starts, one info line when it ends, whatever the concurrency."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from django_rl.backends.health import Health
+
+REFUSED = ConnectionError("Connection refused")
+
+
+@pytest.fixture
+def log(caplog):
+    caplog.set_level(logging.INFO, logger="django_rl")
+    return caplog
+
+
+def levels(log) -> list[str]:
+    return [record.levelname for record in log.records]
+
+
+def test_an_outage_logs_once_and_its_end_once(log):
+    health = Health("default")
+    assert [health.failed(REFUSED, health.epoch) for _ in range(3)] == [True, False, False]
+    assert [health.succeeded(health.epoch) for _ in range(3)] == [True, False, False]
+    assert levels(log) == ["WARNING", "INFO"]
+    assert log.records[1].getMessage() == "Redis for rate limiting (CACHES['default']) is back."
+
+
+def test_a_late_answer_to_a_call_sent_before_the_outage_does_not_end_it(log):
+    health = Health("default")
+    sent_before = health.epoch  # a call sent while Redis was up...
+    health.failed(REFUSED, health.epoch)  # ...another call finds it dead...
+    health.succeeded(sent_before)  # ...then the first one's answer arrives
+    assert health.down
+    health.failed(REFUSED, health.epoch)
+    assert levels(log) == ["WARNING"]
+
+
+def test_a_call_stuck_in_the_outage_that_fails_after_it_does_not_start_another(log):
+    health = Health("default")
+    health.failed(REFUSED, health.epoch)
+    stuck = health.epoch  # a call sent to the hung server
+    health.succeeded(health.epoch)  # Redis answers again
+    health.failed(TimeoutError("Timeout reading from socket"), stuck)
+    assert not health.down
+    assert levels(log) == ["WARNING", "INFO"]
+
+
+def test_callers_without_an_epoch_count_as_current(log):
+    health = Health("default")
+    health.failed(REFUSED)
+    health.succeeded()
+    assert levels(log) == ["WARNING", "INFO"]

@@ -1,0 +1,203 @@
+"""Hostile input, property-based: no client value can crash a decision or make a bad key.
+
+Identities and the headers they come from are drawn from arbitrary text:
+huge, control characters, glob characters, braces, lone surrogates, and
+header bytes that are not UTF-8 (a WSGI server hands them to Django decoded
+as Latin-1). Settings: tests/properties.py.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from django.test import Client, RequestFactory
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from django_rl import get_policy
+from django_rl.identities import resolve_identity
+from django_rl.keys import MAX_IDENTITY_LENGTH, fingerprint, key_for, safe_identity
+from tests.properties import PURE, WITH_REDIS
+
+#: Every key django_rl writes, by its format (DESIGN.md, "Redis keys").
+KEY = re.compile(r"rl:[A-Za-z0-9._-]{1,64}:\{[A-Za-z0-9.:_@~-]{1,100}\}:[0-9a-f]{8}(:[0-9]+)?")
+#: What SCAN's MATCH treats specially, and what breaks a Redis Cluster hash tag.
+GLOB_OR_BRACE = re.compile(r"[*?\[\]\\^{}]")
+
+rf = RequestFactory()
+
+#: Any text at all, lone surrogates included (they cannot be encoded as UTF-8).
+any_text = st.text(st.characters(codec=None, exclude_categories=()), max_size=300)
+#: A header value as Django sees it: bytes, not necessarily UTF-8, decoded as Latin-1.
+header_value = st.one_of(
+    st.binary(max_size=300).map(lambda raw: raw.decode("latin-1")),
+    st.text(max_size=300),
+)
+huge = st.integers(10_000, 200_000).map(lambda n: "x" * n)
+
+
+@PURE
+@given(identity=st.one_of(any_text, huge, st.sampled_from(["*", "{a}", "}{", "a b", "\x00"])))
+def test_any_identity_makes_a_bounded_key_without_glob_characters(identity):
+    key = key_for("rl", "login", identity, fingerprint("sliding_log 5/m"))
+    assert KEY.fullmatch(key), key
+    assert len(key) <= len("rl:login:{}:") + MAX_IDENTITY_LENGTH + 9
+    tag = key[key.index("{") + 1 : key.index("}")]
+    assert not GLOB_OR_BRACE.search(tag)
+    # Kept verbatim only when already safe; anything else is a digest.
+    assert tag == identity or "~" in tag
+
+
+@PURE
+@given(a=any_text, b=any_text)
+def test_distinct_identities_keep_distinct_keys(a, b):
+    assume(a != b)
+    assert safe_identity(a) != safe_identity(b)
+
+
+def request(remote_addr: str, forwarded: str | None = None, api_key: str | None = None):
+    meta = {"REMOTE_ADDR": remote_addr}
+    if forwarded is not None:
+        meta["HTTP_X_FORWARDED_FOR"] = forwarded
+    if api_key is not None:
+        meta["HTTP_X_API_KEY"] = api_key
+    return rf.get("/", **meta)
+
+
+def is_ip_identity(value: str) -> bool:
+    if value == "ip:unknown":
+        return True
+    kind, _, address = value.partition(":")
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return kind == "ip"
+
+
+@PURE
+@given(
+    remote_addr=header_value,
+    forwarded=st.none() | header_value | huge.map(lambda x: x.replace("x", "1.2.3.4,")),
+    api_key=st.none() | header_value | huge,
+    num_proxies=st.integers(0, 3),
+)
+def test_identity_functions_never_raise_and_make_safe_keys(
+    remote_addr, forwarded, api_key, num_proxies
+):
+    req = request(remote_addr, forwarded, api_key)
+    for spec in ("ip", "user_or_ip", "header:X-Api-Key"):
+        identity = resolve_identity(spec, num_proxies=num_proxies)(req)
+        if spec == "header:X-Api-Key":
+            assert identity is None if not api_key else identity == f"x-api-key:{api_key}"
+        else:
+            assert is_ip_identity(identity), identity
+        if identity is not None:
+            assert KEY.fullmatch(key_for("rl", "p", identity, "0" * 8))
+
+
+def ip_identity(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """The documented identity of a client address: IPv4 as is, IPv6 by its /64."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return f"ip:{address.ipv4_mapped}"
+        return f"ip:{ipaddress.ip_network(f'{address}/64', strict=False).network_address}"
+    return f"ip:{address}"
+
+
+@PURE
+@given(remote=st.ip_addresses(), forwarded=header_value)
+def test_x_forwarded_for_is_ignored_without_trusted_proxies(remote, forwarded):
+    ip = resolve_identity("ip", num_proxies=0)
+    assert ip(request(str(remote), forwarded)) == ip_identity(remote)
+
+
+@PURE
+@given(
+    forged=st.none() | header_value,
+    client=st.ip_addresses(),
+    proxies=st.lists(st.ip_addresses(), max_size=3),
+    remote=st.ip_addresses(),
+)
+def test_with_n_trusted_proxies_only_the_address_the_first_one_saw_counts(
+    forged, client, proxies, remote
+):
+    # Each of the N proxies appends the address it got the request from: the
+    # first one appends the client's; whatever the client wrote is further left.
+    hops = [str(client), *map(str, proxies)]
+    forwarded = ", ".join(hops if forged is None else [forged, *hops])
+    ip = resolve_identity("ip", num_proxies=len(hops))
+    assert ip(request(str(remote), forwarded)) == ip_identity(client)
+
+
+@PURE
+@given(
+    forged=header_value,
+    malformed=header_value.filter(lambda v: "," not in v),
+    proxies=st.lists(st.ip_addresses(), max_size=2),
+    remote=st.ip_addresses(),
+)
+def test_a_malformed_address_from_the_proxies_falls_back_to_remote_addr(
+    forged, malformed, proxies, remote
+):
+    try:
+        ipaddress.ip_address(malformed.strip().strip("[]").split("%")[0])
+        assume(False)
+    except ValueError:
+        pass
+    assume(malformed.strip().count(":") != 1)  # "v4:port" is a well-formed entry
+    hops = [malformed, *map(str, proxies)]
+    ip = resolve_identity("ip", num_proxies=len(hops))
+    forwarded = ", ".join([forged, *hops])
+    assert ip(request(str(remote), forwarded)) == ip_identity(remote)
+
+
+def test_hostile_identities_through_redis(settings, redis_client):
+    policies = [get_policy(name) for name in ("login", "per_minute", "burst")]
+
+    @WITH_REDIS
+    @given(identity=st.one_of(any_text, huge), cost=st.integers(1, 3))
+    def hit_and_peek(identity, cost):
+        for policy in policies:
+            decision = policy.hit(identity, cost)
+            assert not decision.degraded
+            assert not policy.peek(identity).degraded
+
+    hit_and_peek()
+    for raw in redis_client.scan_iter(match="*"):
+        key = raw.decode()
+        assert KEY.fullmatch(key), key
+        assert redis_client.pttl(key) > 0
+
+
+def test_hostile_headers_through_both_front_doors(settings, redis_client):
+    settings.DJANGO_RL = {
+        "NUM_PROXIES": 2,
+        "POLICIES": {
+            "per_minute": {"algorithm": "sliding_log", "rate": "5/m", "key": "header:X-Api-Key"},
+            "writes": {"algorithm": "fixed_window", "rate": "2/m", "key": "ip"},
+        },
+    }
+    client = Client(raise_request_exception=False)
+
+    @WITH_REDIS
+    @given(
+        url=st.sampled_from(["/limited/", "/api/scoped/", "/writes/"]),
+        remote_addr=header_value,
+        forwarded=header_value,
+        api_key=header_value,
+    )
+    def send(url, remote_addr, forwarded, api_key):
+        method = client.post if url == "/writes/" else client.get  # /writes/ counts POSTs
+        response = method(
+            url,
+            REMOTE_ADDR=remote_addr,
+            HTTP_X_FORWARDED_FOR=forwarded,
+            HTTP_X_API_KEY=api_key,
+        )
+        assert response.status_code in {200, 429}, response.status_code
+
+    send()
+    for raw in redis_client.scan_iter(match="*"):
+        assert KEY.fullmatch(raw.decode()), raw
