@@ -1,6 +1,8 @@
 # make test: create .venv, install the project with its test dependencies and
 # the system programs the suite runs (redis-server, chromium), then run every test.
 # make lint: ruff (lint and format) and mypy --strict over django_rl/.
+# make matrix: the test suite under every Django x Python pair of tox.ini.
+# make demo: the example site on 127.0.0.1:8000 with its own Redis (or REDIS_URL).
 # make bench-admin: time the admin's live counters with 1,000,000 keys in Redis.
 # make screenshot: retake docs/admin-live-counters.png with the browser test.
 # make bench: the benchmarks (docs/performance.md), in their own .venv-bench
@@ -16,7 +18,7 @@ BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 BENCH_SYSTEM_PACKAGES := redis-server=redis-server wrk=wrk
 
-.PHONY: test lint matrix bench venv system-packages clean bench-admin screenshot
+.PHONY: test lint matrix demo bench venv system-packages clean bench-admin screenshot
 
 test: venv system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -26,13 +28,24 @@ venv: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lint,matrix]'
 	touch $(STAMP)
 
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy django_rl
+
+# The tox matrix (tox.ini): Django 4.2 / 5.2 / 6.x on Python 3.10 to 3.13.
+TOX_PARALLEL ?= 2
+matrix: venv system-packages
+	PATH="$$(scripts/interpreters-path.sh)" $(BIN)/tox run-parallel --parallel $(TOX_PARALLEL) --parallel-no-spinner
+
+# Without REDIS_URL the demo needs redis-server; installing it may fail where
+# apt-get cannot run, and then the demo says how to install it.
+demo: venv
+	-@scripts/ensure-system-packages.sh redis-server=redis-server
+	$(BIN)/python scripts/demo.py
 
 bench-admin: venv system-packages
 	$(BIN)/python bench/admin_page.py $(BENCH_ARGS)

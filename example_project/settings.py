@@ -45,6 +45,7 @@ MIDDLEWARE = [
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -64,6 +65,7 @@ DATABASES = {
 }
 
 STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
 
 # The rate limiter's connection. Short socket timeouts keep a request from
 # waiting long on a Redis that is down; FAIL_OPEN decides what happens then.
@@ -82,8 +84,8 @@ DJANGO_RL = {
     "POLICIES": {
         # 5 login attempts a minute per client address, exact (no edge burst).
         "login": {"algorithm": "sliding_log", "rate": "5/m", "key": "ip"},
-        # A cheap counter for the API: 1000 an hour per user, else per address.
-        "api": {"algorithm": "fixed_window", "rate": "1000/h", "key": "user_or_ip"},
+        # A cheap counter for the API: 20 a minute per user, else per address.
+        "api": {"algorithm": "fixed_window", "rate": "20/m", "key": "user_or_ip"},
         # Bursts of 3, then one a second.
         "burst": {"algorithm": "token_bucket", "capacity": 3, "rate": "1/s", "key": "ip"},
     },

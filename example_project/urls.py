@@ -10,6 +10,6 @@ urlpatterns = [
     path("", views.home),
     path("login/", csrf_exempt(views.login)),
     path("burst/", views.BurstView.as_view()),
-    path("api/items/", views.ItemsView.as_view()),
+    path("api/items/", views.ItemsView.as_view(), name="items"),
     path("admin/", admin.site.urls),
 ]

@@ -3,22 +3,56 @@
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.views import View
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from django_rl import Policy, get_policy
 from django_rl.decorators import ratelimit
+
+#: What the home page lets a visitor fire requests at.
+TARGETS = [
+    {
+        "policy": "login",
+        "url": "/login/",
+        "method": "POST",
+        "burst": 7,
+        "about": "a wrong password each time; POSTs count, 5 a minute per address.",
+    },
+    {
+        "policy": "burst",
+        "url": "/burst/",
+        "method": "GET",
+        "burst": 5,
+        "about": "bursts of 3, then 1 a second: wait a second and one more gets through.",
+    },
+    {
+        "policy": "api",
+        "url": "/api/items/",
+        "method": "GET",
+        "burst": 25,
+        "about": "a DRF view throttled by PolicyThrottle through its throttle_scope.",
+    },
+]
 
 
 def home(request: HttpRequest) -> HttpResponse:
-    return HttpResponse(
-        "<h1>django_rl example</h1><ul>"
-        '<li><a href="/login/">/login/</a>: sliding log, 5/m per address (POST counts)</li>'
-        '<li><a href="/burst/">/burst/</a>: token bucket, bursts of 3, then 1/s</li>'
-        '<li><a href="/api/items/">/api/items/</a>: DRF, fixed window, 1000/h</li>'
-        '<li><a href="/admin/">/admin/</a></li></ul>'
-    )
+    """The demo page: buttons that fire requests at each policy."""
+    targets = []
+    for target in TARGETS:
+        policy = get_policy(target["policy"])
+        targets.append({**target, "algorithm": policy.algorithm.name, "limit": _limit(policy)})
+    return render(request, "example/home.html", {"targets": targets})
+
+
+def _limit(policy: Policy) -> str:
+    algorithm = policy.algorithm
+    rate = getattr(algorithm, "rate", None)
+    if algorithm.name == "token_bucket":
+        return f"capacity {policy.limit}, refill {rate}"
+    return str(rate)
 
 
 @ratelimit("login", methods=["POST"])

@@ -60,7 +60,7 @@ def test_both_front_doors_limit(redis_server):
         "[200, 200, 200, 429] 1",
         "[200, 200]",
         "200",
-        '"api";q=1000;w=3600 "login";r=0;t=60',
+        '"api";q=20;w=60 "login";r=0;t=60',
     ]
     keys = redis_server.client().keys("rl-example:*")
     assert len(keys) == 3

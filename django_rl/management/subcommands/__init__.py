@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from django_rl.management.subcommands import inspect, policies, reset, top
+from django_rl.management.subcommands import demo, inspect, policies, reset, top
 
 
 class Subcommand(Protocol):
@@ -28,4 +28,5 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "inspect": inspect,
     "reset": reset,
     "top": top,
+    "demo": demo,
 }

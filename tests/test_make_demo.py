@@ -1,0 +1,81 @@
+"""``make demo`` serves the example site, answers 429 when a limit is reached, and stops cleanly."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.redis_server import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+def status(url: str, method: str = "GET") -> int:
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def wait_for(url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if status(url) == 200:
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"{url} did not answer within {timeout} s")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_make_demo_serves_the_site_and_stops_cleanly(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env.update(DEMO_PORT=str(port), EXAMPLE_DB=str(tmp_path / "demo.sqlite3"))
+    log = tmp_path / "demo.log"
+    with log.open("wb") as out:
+        demo = subprocess.Popen(
+            ["make", "--no-print-directory", "demo"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(f"{base}/", timeout=90)
+        assert status(f"{base}/admin/login/") == 200
+        codes = [status(f"{base}/login/", method="POST") for _ in range(6)]
+        assert codes == [401] * 5 + [429]
+    finally:
+        os.killpg(demo.pid, signal.SIGTERM)
+        demo.wait(30)
+    output = log.read_text()
+    assert "Demo superuser: admin / demo-password" in output
+    started = re.search(r"Started a private redis-server at \S+ \(pid (\d+)\)", output)
+    assert started is not None, output
+    assert f"Stopped the private redis-server (pid {started[1]})." in output
+    assert not pid_alive(int(started[1]))
+    with pytest.raises(OSError):
+        status(f"{base}/")
