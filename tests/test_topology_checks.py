@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import redis
 from django.core.checks import Error, Warning
@@ -133,3 +135,15 @@ def test_a_sentinel_factory_set_for_every_alias_counts(settings):
     settings.DJANGO_REDIS_CONNECTION_FACTORY = "django_redis.pool.SentinelConnectionFactory"
     options = {"CLIENT_CLASS": "django_redis.client.SentinelClient", "SENTINELS": []}
     assert found(settings, "redis://mymaster/0", **options) == DEFAULT
+
+
+@pytest.mark.parametrize("block", [0, 1], ids=["cluster", "sentinel"])
+def test_the_settings_of_docs_scaling_are_clean(settings, block):
+    text = (Path(__file__).parent.parent / "docs" / "scaling.md").read_text()
+    marked = text.split("<!-- tests/test_topology_checks.py runs this block")[1 + block]
+    namespace: dict[str, object] = {}
+    exec(marked.split("```python\n", 1)[1].split("```", 1)[0], namespace)
+    settings.ROOT_URLCONF = "tests.urls_without_limits"
+    settings.CACHES = namespace["CACHES"]
+    settings.DJANGO_RL = namespace.get("DJANGO_RL", {"CONNECTION": "ratelimit", "POLICIES": {}})
+    assert check_settings() == []

@@ -19,12 +19,13 @@ process has not seen) is followed once, at once, to the node it names.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.exceptions import (
@@ -246,21 +247,46 @@ class ClusterBackend:
         # Reads until one finds no decision failed since it began: while a
         # primary is down, decisions keep failing and this keeps reading, so
         # the promotion of its replica is seen within REFRESH_INTERVAL.
-        while True:
-            self._stale = False
-            try:
-                cluster = self.cluster
-                # Without closing the pools' idle connections: those of the
-                # nodes that did not change are still good.
-                cluster.nodes_manager.initialize(disconnect_startup_nodes_pools=False)
-                self._rebuild(cluster)
-            except (RedisError, RedisClusterException):
-                pass  # no node answered; the next failed decision asks again
+        try:
+            while True:
+                self._stale = False
+                self._read_topology()
+                with self._refresh_lock:
+                    if not self._stale:
+                        self._refresher = None
+                        return
+                time.sleep(REFRESH_INTERVAL)
+        except BaseException:
             with self._refresh_lock:
-                if not self._stale:
-                    self._refresher = None
-                    return
-            time.sleep(REFRESH_INTERVAL)
+                self._refresher = None  # the next failed decision starts another
+            raise
+
+    def _read_topology(self) -> None:
+        try:
+            cluster = self.cluster
+            cluster.nodes_manager.initialize(**_KEEP_POOLS)
+            self._rebuild(cluster)
+        except (RedisError, RedisClusterException):
+            pass  # no node answered; the next failed decision asks again
+        except Exception:
+            # Nothing a decision could do about it either: keep the table.
+            logger.exception("reading the topology of CACHES[%r] failed", self.alias)
+
+
+def _keep_pools() -> dict[str, Any]:
+    """Return what makes ``NodesManager.initialize`` leave the pools' idle connections open.
+
+    Those of the nodes that did not change are still good. redis-py 5.x has
+    no such option (and closes none).
+    """
+    from redis.cluster import NodesManager
+
+    option = "disconnect_startup_nodes_pools"
+    known = inspect.signature(NodesManager.initialize).parameters
+    return {option: False} if option in known else {}
+
+
+_KEEP_POOLS = _keep_pools()
 
 
 _live_clusters: weakref.WeakSet[ClusterBackend] = weakref.WeakSet()
