@@ -44,6 +44,9 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import parse_url
 from redis.exceptions import RedisError
 
+#: The connection factory of :class:`RedisClusterClient`, as django-redis names factories.
+FACTORY = "django_rl.redis_cluster.RedisClusterConnectionFactory"
+
 
 class RedisClusterConnectionFactory(ConnectionFactory):  # type: ignore[misc]
     """Make one ``RedisCluster`` per ``LOCATION`` for the process, and hand it out.
@@ -99,18 +102,20 @@ class RedisClusterClient(DefaultClient):  # type: ignore[misc]
     connection_factory: Any
 
     def __init__(self, server: Any, params: dict[str, Any], backend: BaseCache) -> None:
-        super().__init__(server, params, backend)
+        # Before DefaultClient makes its factory: DJANGO_REDIS_CONNECTION_FACTORY
+        # may name another kind (Sentinel's would even refuse these options).
+        options = dict(params.get("OPTIONS", {}))
+        options["CONNECTION_FACTORY"] = options.get("CONNECTION_FACTORY") or FACTORY
+        super().__init__(server, {**params, "OPTIONS": options}, backend)
+        if not isinstance(self.connection_factory, RedisClusterConnectionFactory):
+            raise ImproperlyConfigured(
+                "OPTIONS['CONNECTION_FACTORY'] of a RedisClusterClient must subclass "
+                f"{FACTORY} (django_rl.E060)"
+            )
         # One "server": the startup nodes together. DefaultClient would take
         # the second and later URLs for read replicas.
         self._server = [",".join(self._server)]
         self._clients = [None]
-        if not isinstance(self.connection_factory, RedisClusterConnectionFactory):
-            if self._options.get("CONNECTION_FACTORY"):
-                raise ImproperlyConfigured(
-                    "OPTIONS['CONNECTION_FACTORY'] of a RedisClusterClient must subclass "
-                    "django_rl.redis_cluster.RedisClusterConnectionFactory"
-                )
-            self.connection_factory = RedisClusterConnectionFactory(self._options)
 
     def get_next_client_index(self, write: bool = True, tried: list[int] | None = None) -> int:
         return 0

@@ -62,26 +62,24 @@ def private_redis(settings: Any) -> Iterator[RedisServer]:
         server.close()
 
 
+def _started(topology: ClusterTopology | SentinelTopology) -> Iterator[Any]:
+    try:
+        topology.start()
+        yield topology
+    finally:
+        topology.close()
+
+
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[ClusterTopology]:
     """A Redis Cluster (3 primaries, 3 replicas) this suite started; stopped at the end."""
-    cluster = ClusterTopology()
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.close()
+    yield from _started(ClusterTopology())
 
 
 @pytest.fixture(scope="session")
 def redis_sentinel() -> Iterator[SentinelTopology]:
     """A primary, a replica and 3 sentinels this suite started; stopped at the end."""
-    sentinel = SentinelTopology()
-    try:
-        sentinel.start()
-        yield sentinel
-    finally:
-        sentinel.close()
+    yield from _started(SentinelTopology())
 
 
 #: The topologies the acceptance suites run on (``topology`` fixture). Those

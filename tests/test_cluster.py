@@ -217,3 +217,11 @@ def test_an_unreachable_cluster_fails_open_and_logs_once(settings, caplog):
     assert all(d.allowed and d.degraded for d in decisions)
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "CACHES['default']" in warnings[0]
+
+
+def test_a_connection_factory_set_for_every_alias_does_not_apply_to_a_cluster(on_cluster, settings):
+    settings.DJANGO_REDIS_CONNECTION_FACTORY = "django_redis.pool.SentinelConnectionFactory"
+    settings.CACHES = on_cluster.caches()  # new cache clients, made under that setting
+    cache.set("greeting", "hello", 60)
+    assert cache.get("greeting") == "hello"
+    assert get_policy("fw").hit(IDENTITIES[1]).remaining == 99

@@ -259,6 +259,9 @@ class ClusterTopology:
         if self._client is not None:
             self._client.close()
         for server in self.servers:
+            if server.process is not None:
+                server.process.terminate()  # all at once; close() then reaps each
+        for server in self.servers:
             server.close()
 
 
