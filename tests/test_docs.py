@@ -64,3 +64,22 @@ def test_examples_run(doc, redis_server):
             settings_in_force = override_settings(
                 DJANGO_RL=namespace["DJANGO_RL"], CACHES={alias: test_cache for alias in aliases}
             )
+
+
+def test_every_setting_and_policy_key_is_documented():
+    from django_rl.algorithms import ALL_PARAMETERS
+    from django_rl.conf import DEFAULTS
+    from django_rl.validation import COMMON_KEYS
+
+    text = (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^\| `(\w+)` \|", text, re.MULTILINE))
+    assert set(DEFAULTS) | COMMON_KEYS | ALL_PARAMETERS <= documented
+
+
+def test_every_check_id_is_documented():
+    emitted = set()
+    for path in (ROOT / "django_rl").rglob("*.py"):
+        emitted |= set(re.findall(r"django_rl\.[EW]\d{3}", path.read_text(encoding="utf-8")))
+    text = (ROOT / "docs" / "checks.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^\| `(django_rl\.[EW]\d{3})` \|", text, re.MULTILINE))
+    assert emitted == documented
