@@ -18,7 +18,6 @@ from typing import Any, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse
-from django.utils.decorators import method_decorator
 
 from django_rl.exceptions import RateLimited
 from django_rl.headers import record, recorded, write_headers
@@ -54,8 +53,9 @@ def ratelimit(
     """Limit a view by the named policies of ``DJANGO_RL["POLICIES"]``.
 
     Works on function views, sync or ``async def``, and on class-based views:
-    decorate the class (its ``dispatch`` is wrapped) or use
-    ``method_decorator(ratelimit(...), name="dispatch")``. A denied request
+    decorate the class (its ``dispatch`` is wrapped once; the cheaper way) or
+    use ``method_decorator(ratelimit(...), name="dispatch")`` (Django then
+    applies the decorator anew on every request). A denied request
     gets 429 Too Many Requests with ``Retry-After``; the view does not run.
     Responses to counted requests, allowed or denied, carry the rate-limit
     headers ``DJANGO_RL["HEADERS"]`` asks for.
@@ -75,55 +75,72 @@ def ratelimit(
 
     def decorator(view: V) -> V:
         if isinstance(view, type):
-            return cast(V, _decorate_class(view, decorator, names))
-        if iscoroutinefunction(view):
-
-            @functools.wraps(view)
-            async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                if applies(request):
-                    # Off the event loop, in the request's sync thread (see above).
-                    denied = await sync_to_async(check_request, thread_sensitive=True)(
-                        request, names, cost
-                    )
-                    if denied is not None:
-                        return denied
-                response = await view(request, *args, **kwargs)
-                write_headers(response, recorded(request))
-                return response
-
-            wrapper: Any = async_wrapper
-        else:
-
-            @functools.wraps(view)
-            def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                if applies(request):
-                    denied = check_request(request, names, cost)
-                    if denied is not None:
-                        return denied
-                response = view(request, *args, **kwargs)
-                write_headers(response, recorded(request))
-                return response
-
-            wrapper = sync_wrapper
+            cls: Any = view
+            # dispatch() of an async class-based view is a plain method that
+            # returns a coroutine: it gets the async wrapper, so the decision
+            # runs off the event loop there too.
+            cls.dispatch = _wrap(
+                cls.dispatch,
+                applies,
+                names,
+                cost,
+                request_index=1,
+                is_async=bool(getattr(cls, "view_is_async", False)),
+            )
+            cls.django_rl_policies = getattr(cls, "django_rl_policies", ()) + names
+            return view
+        wrapper = _wrap(view, applies, names, cost, request_index=0, is_async=None)
         wrapper.django_rl_policies = names
         return cast(V, wrapper)
 
     return decorator
 
 
-def _decorate_class(cls: Any, decorator: Callable[[Any], Any], names: tuple[str, ...]) -> Any:
-    """Wrap a class-based view's ``dispatch`` (async views get an async wrapper)."""
-    if getattr(cls, "view_is_async", False):
-        # dispatch() of an async view is a plain method that returns a
-        # coroutine; wrap it in a coroutine function so the decision runs off
-        # the event loop too.
-        dispatch = cls.dispatch
+def _wrap(
+    view: Callable[..., Any],
+    applies: Callable[[HttpRequest], bool],
+    names: tuple[str, ...],
+    cost: int,
+    *,
+    request_index: int,
+    is_async: bool | None,
+) -> Any:
+    """Return ``view`` behind the policies: a function view, or a class's ``dispatch``.
 
-        async def async_dispatch(self: Any, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            return await dispatch(self, request, *args, **kwargs)
+    The request is argument ``request_index`` (1 after ``self`` for
+    ``dispatch``). A decorated class gets its ``dispatch`` wrapped once, here,
+    rather than through ``method_decorator``, which would build the wrapper
+    again on every request.
+    """
+    if is_async is None:
+        is_async = iscoroutinefunction(view)
+    if is_async:
 
-        functools.update_wrapper(async_dispatch, dispatch)
-        cls.dispatch = async_dispatch
-    decorated = method_decorator(decorator, name="dispatch")(cls)
-    decorated.django_rl_policies = getattr(cls, "django_rl_policies", ()) + names
-    return decorated
+        @functools.wraps(view)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            request = args[request_index]
+            if applies(request):
+                # Off the event loop, in the request's sync thread (see above).
+                denied = await sync_to_async(check_request, thread_sensitive=True)(
+                    request, names, cost
+                )
+                if denied is not None:
+                    return denied
+            response = await view(*args, **kwargs)
+            write_headers(response, recorded(request))
+            return response
+
+        return async_wrapper
+
+    @functools.wraps(view)
+    def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+        request = args[request_index]
+        if applies(request):
+            denied = check_request(request, names, cost)
+            if denied is not None:
+                return denied
+        response = view(*args, **kwargs)
+        write_headers(response, recorded(request))
+        return response
+
+    return sync_wrapper

@@ -80,15 +80,26 @@ def recorded(request: Any) -> list[Decision]:
     return getattr(http_request, REQUEST_ATTRIBUTE, None) or []
 
 
+#: Set on a response once its headers report that many Decisions.
+_WRITTEN_FOR = "_django_rl_headers_for"
+
+
 def write_headers(target: HeaderTarget, decisions: Sequence[Decision]) -> None:
-    """Set the rate-limit headers that ``DJANGO_RL["HEADERS"]`` asks for on ``target``."""
-    if not decisions:
+    """Set the rate-limit headers that ``DJANGO_RL["HEADERS"]`` asks for on ``target``.
+
+    Writing the same Decisions to the same response again is skipped: a
+    front door writes them, then ``RateLimitMiddleware`` would write them once
+    more. (A request's Decisions only grow, so their count tells.)
+    """
+    if not decisions or getattr(target, _WRITTEN_FOR, None) == len(decisions):
         return
     mode = get_settings().headers
     if mode is None:
         return
     for name, value in header_values(decisions, mode).items():
         target[name] = value
+    if not isinstance(target, dict):  # DRF's view.headers is a plain dict
+        setattr(target, _WRITTEN_FOR, len(decisions))
 
 
 def header_values(decisions: Sequence[Decision], mode: str) -> dict[str, str]:

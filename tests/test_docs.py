@@ -1,0 +1,85 @@
+"""The Python examples in README.md and docs/ run, and their settings pass the checks.
+
+Each file's ```python blocks run in order in one namespace, like a session.
+Settings a block defines (``DJANGO_RL``, with its ``CACHES``) must pass
+``manage.py check`` with no error and no warning; the blocks after it run
+under those settings, with every cache pointed at the suite's own Redis.
+docs/http.md's examples are compared with real output in test_docs_http.py.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from django.test import override_settings
+
+from django_rl.checks import check_settings
+from tests.redis_server import caches_for
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+DOCS = sorted(
+    path.relative_to(ROOT).as_posix()
+    for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    if path.name != "http.md" and BLOCK.search(path.read_text(encoding="utf-8"))
+)
+
+
+def settings_problems(namespace: dict[str, object]) -> list[str]:
+    """Return the check messages the settings in ``namespace`` produce."""
+    caches = namespace.get("CACHES")
+    overrides = {"DJANGO_RL": namespace["DJANGO_RL"], "ROOT_URLCONF": "tests.urls_without_limits"}
+    if caches is not None:
+        overrides["CACHES"] = caches
+    with override_settings(**overrides):
+        return [f"{m.id}: {m.msg}" for m in check_settings()]
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_examples_run(doc, redis_server):
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    namespace: dict[str, object] = {"__name__": f"docs_example_{Path(doc).stem}"}
+    test_cache = caches_for(redis_server.url)["default"]
+    settings_in_force = None
+    checked: tuple[int, int] | None = None
+    blocks = BLOCK.findall(text)
+    assert blocks
+    for number, block in enumerate(blocks, start=1):
+        where = f"{doc}, python block {number}"
+        code = compile(block, where, "exec")
+        if settings_in_force is None:
+            exec(code, namespace)
+        else:
+            with settings_in_force:
+                exec(code, namespace)
+        defined = (id(namespace.get("DJANGO_RL")), id(namespace.get("CACHES")))
+        if "DJANGO_RL" in namespace and defined != checked:
+            assert settings_problems(namespace) == [], where
+            checked = defined
+            # Later blocks run under these settings, on the suite's Redis.
+            aliases = namespace.get("CACHES") or {"default": None}
+            assert isinstance(aliases, dict)
+            settings_in_force = override_settings(
+                DJANGO_RL=namespace["DJANGO_RL"], CACHES={alias: test_cache for alias in aliases}
+            )
+
+
+def test_every_setting_and_policy_key_is_documented():
+    from django_rl.algorithms import ALL_PARAMETERS
+    from django_rl.conf import DEFAULTS
+    from django_rl.validation import COMMON_KEYS
+
+    text = (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^\| `(\w+)` \|", text, re.MULTILINE))
+    assert set(DEFAULTS) | COMMON_KEYS | ALL_PARAMETERS <= documented
+
+
+def test_every_check_id_is_documented():
+    emitted = set()
+    for path in (ROOT / "django_rl").rglob("*.py"):
+        emitted |= set(re.findall(r"django_rl\.[EW]\d{3}", path.read_text(encoding="utf-8")))
+    text = (ROOT / "docs" / "checks.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^\| `(django_rl\.[EW]\d{3})` \|", text, re.MULTILINE))
+    assert emitted == documented
