@@ -195,7 +195,7 @@ def move_slot(cluster, slot: int, source, target) -> None:
     finally:
         src.close()
         dst.close()
-    cluster.refresh()
+    cluster.wait_healthy()  # replicas too see the new owner
 
 
 def test_an_unreachable_cluster_fails_open_and_logs_once(settings, caplog):

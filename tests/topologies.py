@@ -223,9 +223,16 @@ class ClusterTopology:
             client.close()
 
     def wait_healthy(self, timeout: float = 30) -> None:
-        """Wait until every node is up and says the cluster is ok, each primary with a replica."""
+        """Wait until the cluster is whole and every node sees the same slot owners.
+
+        Whole: every node up and saying the cluster is ok, each primary with a
+        replica in sync. The same owners: a client reads the slot table from
+        any startup node, replicas included, and a view that lags (gossip,
+        after a failover or a moved slot) would cost it a redirect.
+        """
 
         def healthy() -> bool:
+            views = set()
             for server in self.servers:
                 client = _plain(server.port)
                 try:
@@ -236,8 +243,14 @@ class ClusterTopology:
                         replication.get("master_link_status") != "up"
                     ):
                         return False
+                    slots = client.execute_command("CLUSTER SLOTS")
+                    views.add(
+                        tuple(sorted((low, high, primary[1]) for low, high, primary, *_ in slots))
+                    )
                 finally:
                     client.close()
+            if len(views) != 1:
+                return False
             nodes = self.nodes()
             primaries = [n for n in nodes if n["primary"] and n["slots"]]
             return (
