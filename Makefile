@@ -4,6 +4,7 @@
 # make matrix: the test suite under every Django x Python pair of tox.ini.
 # make demo: the example site on 127.0.0.1:8000 with its own Redis (or REDIS_URL).
 # make bench-admin: time the admin's live counters with 1,000,000 keys in Redis.
+# make bench-scaling: commands, bytes and server CPU per decision (docs/scaling.md).
 # make screenshot: retake docs/admin-live-counters.png with the browser test.
 # make bench: the benchmarks (docs/performance.md), in their own .venv-bench
 # with the peers installed; they start and stop their own redis-server,
@@ -13,12 +14,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-SYSTEM_PACKAGES := redis-server=redis-server chromium=chromium
+SYSTEM_PACKAGES := redis-server=redis-server redis-cli=redis-tools chromium=chromium
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
-BENCH_SYSTEM_PACKAGES := redis-server=redis-server wrk=wrk
+BENCH_SYSTEM_PACKAGES := redis-server=redis-server redis-benchmark=redis-tools wrk=wrk
 
-.PHONY: test lint matrix demo bench venv system-packages clean bench-admin screenshot
+.PHONY: test lint matrix demo bench venv system-packages clean bench-admin bench-scaling screenshot
 
 test: venv system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -49,6 +50,10 @@ demo: venv
 
 bench-admin: venv system-packages
 	$(BIN)/python bench/admin_page.py $(BENCH_ARGS)
+
+bench-scaling: venv system-packages
+	scripts/ensure-system-packages.sh redis-benchmark=redis-tools
+	$(BIN)/python -m bench.scaling $(BENCH_ARGS)
 
 screenshot: venv system-packages
 	DJANGO_RL_SCREENSHOT=docs/admin-live-counters.png \

@@ -26,7 +26,9 @@ django_rl.E052  a DRF view's throttle_policies is not a list of names
 
 Warnings about the connection (``django_rl.W031``..``W033``: no socket
 timeout, retries, a pool shared with another alias) are explained in
-:mod:`django_rl.connection_checks`.
+:mod:`django_rl.connection_checks`; problems of a Redis Cluster or Sentinel
+connection (``django_rl.E060``, ``E061``, ``W060``, ``W061``) in
+:mod:`django_rl.topology_checks`.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from django.utils.module_loading import import_string
 
 from django_rl.conf import DEFAULTS, raw_settings
 from django_rl.connection_checks import connection_warnings
+from django_rl.topology_checks import topology_problems
 from django_rl.validation import (
     Problem,
     policy_problems,
@@ -62,7 +65,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         connection = _connection_problems(alias)
         problems += connection
         if isinstance(alias, str) and not connection:
-            warnings = connection_warnings(alias, getattr(django_settings, "CACHES", {}))
+            caches = getattr(django_settings, "CACHES", {})
+            warnings = connection_warnings(alias, caches)
+            for problem in topology_problems(alias, caches[alias]):
+                (warnings if ".W" in problem.id else problems).append(problem)
         policies = merged["POLICIES"]
         if isinstance(policies, Mapping):
             num_proxies = merged["NUM_PROXIES"] if type(merged["NUM_PROXIES"]) is int else 0

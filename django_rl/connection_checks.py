@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django_rl.backends.redis import is_cluster_alias
 from django_rl.validation import Problem
 
 _SEE = "See docs/reliability.md."
@@ -50,7 +51,9 @@ def connection_warnings(alias: str, caches: Mapping[str, Any]) -> list[Problem]:
             )
         )
     retries = retry_count(kwargs)
-    if retries:
+    # A cluster's decisions use node connections that never retry: these
+    # options reach only RedisCluster's own calls (the Django cache's).
+    if retries and not is_cluster_alias(config):
         times = "forever" if retries < 0 else "once" if retries == 1 else f"{retries} times"
         problems.append(
             Problem(

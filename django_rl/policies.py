@@ -10,7 +10,7 @@ from django.dispatch import receiver
 from redis.exceptions import RedisError
 
 from django_rl.algorithms import ALGORITHMS, Algorithm, Outcome
-from django_rl.backends import RedisBackend, get_backend
+from django_rl.backends import Backend, RedisNode, get_backend
 from django_rl.conf import get_settings
 from django_rl.decision import Decision
 from django_rl.deny_cache import DenyCache, get_deny_cache
@@ -38,7 +38,7 @@ class Policy:
         name: str,
         algorithm: Algorithm,
         identify: IdentityFunction,
-        backend: RedisBackend,
+        backend: Backend,
         *,
         key_prefix: str,
         fail_open: bool,
@@ -82,13 +82,10 @@ class Policy:
             if known is not None:
                 return known
             asked_at = denials.clock()
-        epoch = self.backend.health.epoch  # see Health: calls that straddle a change
         try:
-            outcome = self.algorithm.hit(self.backend, key, cost)
-        except RedisError as exc:
-            self.backend.record_failure(exc, epoch)
-            return self._degraded()
-        self.backend.record_success(epoch)
+            outcome = self.backend.run(key, self.algorithm.hit, cost)
+        except RedisError:
+            return self._degraded()  # the backend logged the outage, once
         decision = self._decision(outcome)
         if denials is not None and not outcome.allowed:
             any_cost = self.algorithm.denial_holds_for_any_cost
@@ -100,13 +97,10 @@ class Policy:
 
         :raises BackendError: if Redis cannot answer.
         """
-        epoch = self.backend.health.epoch
         try:
-            outcome = self.algorithm.peek(self.backend, self.key(identity))
+            outcome = self.backend.run(self.key(identity), self.algorithm.peek)
         except RedisError as exc:
-            self.backend.record_failure(exc, epoch)
             raise BackendError(f"could not read policy {self.name!r}: {exc}") from exc
-        self.backend.record_success(epoch)
         return self._decision(outcome)
 
     def reset(self, identity: str) -> int:
@@ -118,20 +112,19 @@ class Policy:
         :raises BackendError: if Redis cannot answer.
         """
         key = self.key(identity)
-        epoch = self.backend.health.epoch
         try:
-            keys = self.algorithm.keys(self.backend, key)
-            deleted = int(self.backend.client.delete(*keys))
+            return self.backend.run(key, self._delete)
         except RedisError as exc:
-            self.backend.record_failure(exc, epoch)
             raise BackendError(f"could not reset policy {self.name!r}: {exc}") from exc
         finally:
             if self.denials is not None:
                 # After the delete, so a denial another thread got from Redis
                 # just before it is forgotten too.
                 self.denials.forget(key)
-        self.backend.record_success(epoch)
-        return deleted
+
+    def _delete(self, node: RedisNode, key: str) -> int:
+        # An identity's keys share its hash tag: one slot, one node.
+        return int(node.client.delete(*self.algorithm.keys(node, key)))
 
     def hit_request(self, request: Any, cost: int = 1) -> Decision | None:
         """Identify ``request`` and hit; ``None`` when the policy does not apply to it."""

@@ -1,4 +1,4 @@
-"""Fixtures: the suite's own redis-server, and Django pointed at it."""
+"""Fixtures: the suite's own redis-server, and Django pointed at it; a cluster and Sentinel."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from django.test import override_settings
 from django_rl.deny_cache import get_deny_cache
 from tests import figures
 from tests.redis_server import RedisServer, caches_for
+from tests.topologies import ClusterTopology, SentinelTopology, SingleTopology, Topology
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: Any) -> None:
@@ -59,6 +60,61 @@ def private_redis(settings: Any) -> Iterator[RedisServer]:
         yield server
     finally:
         server.close()
+
+
+def _started(topology: ClusterTopology | SentinelTopology) -> Iterator[Any]:
+    try:
+        topology.start()
+        yield topology
+    finally:
+        topology.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[ClusterTopology]:
+    """A Redis Cluster (3 primaries, 3 replicas) this suite started; stopped at the end."""
+    yield from _started(ClusterTopology())
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[SentinelTopology]:
+    """A primary, a replica and 3 sentinels this suite started; stopped at the end."""
+    yield from _started(SentinelTopology())
+
+
+#: The topologies the acceptance suites run on (``topology`` fixture). Those
+#: the suite builds (cluster, Sentinel) carry the ``topologies`` marker.
+TOPOLOGIES = [
+    pytest.param("single"),
+    pytest.param("cluster", marks=pytest.mark.topologies),
+    pytest.param("sentinel", marks=pytest.mark.topologies),
+]
+
+
+@pytest.fixture(scope="module", params=TOPOLOGIES)
+def topology(request: Any, redis_server: RedisServer) -> Iterator[Topology]:
+    """Each topology in turn, Django's CACHES pointed at it for the module's tests.
+
+    Module-scoped, so pytest runs a module's tests topology by topology and
+    module fixtures that depend on it (spawned workers) are made once each.
+    Tests that use it should also use :func:`keyspace`, which empties it.
+    """
+    if request.param == "single":
+        chosen: Topology = SingleTopology(redis_server)
+    else:
+        chosen = request.getfixturevalue(f"redis_{request.param}")
+    with override_settings(CACHES=chosen.caches()):
+        yield chosen
+
+
+@pytest.fixture
+def keyspace(topology: Topology) -> Any:
+    """The whole keyspace of ``topology``, emptied before the test: a client that sees it all."""
+    topology.flush()
+    denials = get_deny_cache()
+    if denials is not None:
+        denials.clear()
+    return topology.client()
 
 
 def point_caches_at(settings: Any, server: RedisServer, timeout: float) -> None:

@@ -1,7 +1,8 @@
-"""A redis-py connection that counts what it writes to its socket.
+"""redis-py connections that count what they write to their sockets.
 
 Used to prove a decision is one round trip: the real socket still does the
-work; the wrapper only counts ``sendall`` calls.
+work; the wrapper only counts ``sendall`` calls. ``CountingConnection.sends``
+counts the sends of both kinds of connection: plain, and Sentinel-managed.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import threading
 from typing import Any
 
 import redis
+from redis.sentinel import SentinelManagedConnection
 
 
 class CountingSocket:
@@ -37,6 +39,13 @@ class CountingConnection(redis.Connection):
     def count_send(cls) -> None:
         with cls._lock:
             cls.sends += 1
+
+    def _connect(self) -> Any:
+        return CountingSocket(super()._connect())
+
+
+class CountingSentinelConnection(SentinelManagedConnection):
+    """A connection to the primary Sentinel names, counted like :class:`CountingConnection`."""
 
     def _connect(self) -> Any:
         return CountingSocket(super()._connect())

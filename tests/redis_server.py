@@ -2,10 +2,15 @@
 
 The suite owns this server, so tests may flush, kill, pause and restart it.
 It never touches any other Redis (such as a shared one on 6379).
+
+Every process started here is also remembered until it is reaped, and killed
+when the test process exits (normally, by an uncaught error, or on SIGTERM),
+so that a crashed session leaves no server behind.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -14,10 +19,51 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+#: Processes started by the tests and not reaped yet.
+_running: set[subprocess.Popen[bytes]] = set()
+
+
+def spawn(args: Sequence[str]) -> subprocess.Popen[bytes]:
+    """Start a process the suite owns; it is killed at exit if nothing stopped it before."""
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _running.add(process)
+    return process
+
+
+def reap(process: subprocess.Popen[bytes], timeout: float = 5) -> None:
+    """Stop ``process`` (SIGCONT, SIGTERM, then SIGKILL after ``timeout``) and wait for it."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    _running.discard(process)
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for process in list(_running):
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    _running.clear()
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds: fixtures' finalizers, then atexit
+
+
+if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
 
 def free_port() -> int:
@@ -49,6 +95,7 @@ class RedisServer:
             )
         self.binary = binary
         self.port = 0
+        self.extra_args: Sequence[str] = ()
         self.process: subprocess.Popen[bytes] | None = None
         self.paused = False
         self.directory = tempfile.mkdtemp(prefix="django-rl-redis-")
@@ -80,7 +127,8 @@ class RedisServer:
 
     def _spawn(self, port: int, extra_args: Sequence[str]) -> None:
         self.port = port
-        self.process = subprocess.Popen(
+        self.extra_args = extra_args
+        self.process = spawn(
             [
                 self.binary,
                 "--port",
@@ -96,9 +144,7 @@ class RedisServer:
                 "--logfile",
                 os.path.join(self.directory, "redis.log"),
                 *extra_args,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            ]
         )
 
     def _wait_ready(self, timeout: float = 10.0) -> bool:
@@ -196,23 +242,16 @@ class RedisServer:
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 5 s) and reap it."""
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        if self.paused:
-            process.send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
-            self.paused = False
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        self.paused = False
+        if process is not None:
+            reap(process)
 
     def kill(self) -> None:
         """SIGKILL the server, as a crash would."""
         if self.process is not None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
+            _running.discard(self.process)
             self.process = None
             self.paused = False
 

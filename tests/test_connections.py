@@ -8,7 +8,7 @@ import threading
 from django.test import override_settings
 
 from django_rl import get_policy
-from django_rl.backends import redis as redis_backend
+from django_rl.backends import node as redis_node
 from tests.redis_server import RedisServer, caches_for
 
 #: No other test uses this database.
@@ -64,7 +64,7 @@ def test_each_thread_keeps_one_connection_given_back_when_it_ends(redis_server, 
 def test_a_forked_child_makes_its_own_connections():
     backend = get_policy("login").backend
     inherited = backend.client
-    redis_backend._after_fork_in_child()  # what os.register_at_fork runs in a child
+    redis_node._after_fork_in_child()  # what os.register_at_fork runs in a child
     assert backend.client is not inherited
 
 

@@ -1,4 +1,4 @@
-"""Exactness under load: 16 threads and 4 processes at once on one identity, round after round.
+"""Exactness under load, on every topology: 16 threads and 4 processes at once on one identity.
 
 Every round all 20 workers hit a fresh identity of a 100/h policy together,
 far more often than the limit allows. The allowed hits must add up to the
@@ -9,8 +9,8 @@ through), one fewer an under-admission (a race lost a hit). Rounds with
 Identities are fresh each round and the limits count per hour, so no refill
 or window edge can change the expected count: token buckets refill one token
 per 36 s, and fixed-window rounds start at least 5 s before the hour ends on
-the Redis clock. The 4 processes are spawned once for the module and serve
-every round.
+the Redis clock. The 4 processes are spawned once per topology and serve
+every round of it.
 """
 
 from __future__ import annotations
@@ -57,13 +57,14 @@ class WorkerPool:
 
 
 @pytest.fixture(scope="module")
-def worker_pool(redis_server) -> Iterator[WorkerPool]:
+def worker_pool(topology) -> Iterator[WorkerPool]:
     context = multiprocessing.get_context("spawn")
     start = context.Barrier(THREADS + PROCESSES)
     results = context.Queue()
     tasks = [context.Queue() for _ in range(PROCESSES)]
+    caches = topology.caches()
     children = [
-        context.Process(target=serve_rounds, args=(redis_server.url, POLICIES, q, results, start))
+        context.Process(target=serve_rounds, args=(caches, POLICIES, q, results, start))
         for q in tasks
     ]
     for child in children:
@@ -115,7 +116,7 @@ def play_round(pool: WorkerPool, name: str, identity: str, cost: int) -> tuple[i
 @pytest.mark.parametrize("cost", [1, 3])
 @pytest.mark.parametrize("name", list(POLICIES))
 def test_every_round_admits_exactly_the_limit(
-    request, settings, redis_client, worker_pool, name, cost
+    request, settings, topology, keyspace, worker_pool, name, cost
 ):
     settings.DJANGO_RL = {"POLICIES": POLICIES}
     policy = get_policy(name)
@@ -124,7 +125,7 @@ def test_every_round_admits_exactly_the_limit(
     totals = []
     overlapped = 0
     for round_ in range(ROUNDS):
-        start_of_fresh_window(redis_client, 3_600_000, min_left_ms=5_000)
+        start_of_fresh_window(keyspace, 3_600_000, min_left_ms=5_000)
         identity = f"ip:198.51.{cost}.{round_}"
         total, at_once = play_round(worker_pool, name, identity, cost)
         totals.append(total)
@@ -136,7 +137,7 @@ def test_every_round_admits_exactly_the_limit(
     figures.record(
         request.config,
         SECTION,
-        f"{name:<12} cost {cost}: {ROUNDS} rounds, admitted per round: "
+        f"{topology.name:<8} {name:<12} cost {cost}: {ROUNDS} rounds, admitted per round: "
         + ", ".join(f"{total} x{n}" for total, n in sorted(Counter(totals).items()))
         + f" (expected {expected}); processes and threads overlapped in "
         f"{overlapped}/{ROUNDS} rounds",

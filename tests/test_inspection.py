@@ -349,10 +349,10 @@ def test_the_state_of_a_page_is_read_in_one_round_trip(redis_server, redis_clien
             for name in POLICIES:
                 get_policy(name).hit(f"ip:10.7.0.{i}")
         list_counters(Query())  # connect, load the scripts, measure the clock
-        before_sends, before = CountingConnection.sends, command_calls(redis_client)
+        before_sends, before = CountingConnection.sends, command_calls([redis_client])
         page = list_counters(Query())
         sends = CountingConnection.sends - before_sends
-        after = command_calls(redis_client)
+        after = command_calls([redis_client])
     assert len(page.rows) == 30
     # DBSIZE, one SCAN (its COUNT covers the 30 keys), one pipeline. (redis-py
     # writes a pipeline of more than 6 kB in several sends, still one round

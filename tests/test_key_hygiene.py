@@ -1,4 +1,4 @@
-"""Key hygiene, property-based: whatever the traffic, keys have TTLs, stay few, and go away.
+"""Key hygiene, property-based, on every topology: keys have TTLs, stay few, and go away.
 
 Hypothesis drives random sequences of hits (cost 1 to 3), peeks, resets and
 sleeps over the three algorithms and a mix of plain and hostile identities.
@@ -57,7 +57,7 @@ IDENTITIES = [
 
 
 class KeyHygiene(RuleBasedStateMachine):
-    client = None  # set by the test: a client of the suite's Redis
+    client = None  # set by the test: a client of the whole keyspace of the topology
 
     def __init__(self) -> None:
         super().__init__()
@@ -128,7 +128,7 @@ class KeyHygiene(RuleBasedStateMachine):
         assert list(self.client.scan_iter(match=f"{PREFIX}:*")) == []
 
 
-def test_keys_have_ttls_stay_bounded_and_expire(settings, redis_client):
+def test_keys_have_ttls_stay_bounded_and_expire(settings, keyspace):
     settings.DJANGO_RL = {"KEY_PREFIX": PREFIX, "POLICIES": POLICIES}
-    KeyHygiene.client = redis_client
+    KeyHygiene.client = keyspace
     run_state_machine_as_test(KeyHygiene, settings=STATEFUL)

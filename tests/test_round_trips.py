@@ -1,4 +1,4 @@
-"""One round trip per decision: one write to the socket, and the expected commands."""
+"""One round trip per decision on every topology: one write to a socket, the expected commands."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import pytest
 from django.test import override_settings
 
 from django_rl import get_policy
-from tests.counting import CountingConnection
-from tests.redis_server import caches_for
+from tests.counting import CountingConnection, CountingSentinelConnection
 
 POLICIES = {
     "fixed_window": {"algorithm": "fixed_window", "rate": "1000/h"},
@@ -29,31 +28,38 @@ COMMANDS = {
     },
     "token_bucket": {"evalsha": 1, "time": 1, "hmget": 1, "hset": 1, "pexpire": 1},
 }
+#: Identities whose keys land on every primary of the test cluster.
+IDENTITIES = [f"ip:10.1.0.{i}" for i in range(8)]
 
 
-def command_calls(client) -> dict[str, int]:
-    return {
-        name.removeprefix("cmdstat_"): int(stats["calls"])
-        for name, stats in client.info("commandstats").items()
-    }
+def command_calls(primaries) -> dict[str, int]:
+    """Return the calls of each command, summed over every primary."""
+    calls: dict[str, int] = {}
+    for client in primaries:
+        for name, stats in client.info("commandstats").items():
+            command = name.removeprefix("cmdstat_")
+            calls[command] = calls.get(command, 0) + int(stats["calls"])
+    return calls
 
 
 @pytest.mark.parametrize("name", list(POLICIES))
-def test_each_hit_is_one_send_and_one_decision_worth_of_commands(redis_server, redis_client, name):
-    # Database 2: its own URL, so django-redis builds a pool with this class.
-    url = redis_server.url.removesuffix("/0") + "/2"
-    caches = caches_for(url, CONNECTION_POOL_KWARGS={"connection_class": CountingConnection})
+def test_each_hit_is_one_send_and_one_decision_worth_of_commands(topology, keyspace, name):
+    counting = CountingSentinelConnection if topology.name == "sentinel" else CountingConnection
+    caches = topology.caches(CONNECTION_POOL_KWARGS={"connection_class": counting})
     with override_settings(CACHES=caches, DJANGO_RL={"POLICIES": POLICIES}):
         policy = get_policy(name)
-        policy.hit("ip:warm-up")  # connect, measure the clock, load the script
+        for identity in IDENTITIES:
+            # Connect, read the slot table, measure each node's clock, load
+            # the script on each node.
+            policy.hit(identity)
+        primaries = topology.primaries()
         before_sends = CountingConnection.sends
-        before = command_calls(redis_client)
-        for i in range(50):
-            policy.hit(f"ip:10.1.0.{i % 4}")
+        before = command_calls(primaries)
+        for i in range(48):
+            policy.hit(IDENTITIES[i % len(IDENTITIES)])
         sends = CountingConnection.sends - before_sends
-        after = command_calls(redis_client)
-    assert sends == 50
-    # The info call itself shows up once; nothing else may.
+        after = command_calls(primaries)
+    # Each info call shows up once; nothing else may.
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     delta = {k: v for k, v in delta.items() if v and k != "info"}
-    assert delta == {k: 50 * v for k, v in COMMANDS[name].items()}
+    assert (sends, delta) == (48, {k: 48 * v for k, v in COMMANDS[name].items()})

@@ -42,7 +42,7 @@ def hammer_policy(
 
 
 def serve_rounds(
-    redis_url: str,
+    caches: dict[str, Any],
     policies: dict[str, Any],
     tasks: Any,
     results: Any,
@@ -50,7 +50,8 @@ def serve_rounds(
 ) -> None:
     """Hit policies in rounds, one per task, until a ``None`` task.
 
-    Reports ``(allowed hits, wall-clock start, end)`` of each round.
+    Reports ``(allowed hits, wall-clock start, end)`` of each round. ``caches``
+    is the CACHES setting to use (any topology).
 
     A task is ``(policy name, identity, attempts, cost)``. Every round waits
     on ``start``, a barrier shared with the other processes and the parent's
@@ -64,9 +65,8 @@ def serve_rounds(
     from django.test import override_settings
 
     from django_rl import get_policy
-    from tests.redis_server import caches_for
 
-    with override_settings(CACHES=caches_for(redis_url), DJANGO_RL={"POLICIES": policies}):
+    with override_settings(CACHES=caches, DJANGO_RL={"POLICIES": policies}):
         for name in policies:
             get_policy(name).peek("warm-up")  # connect, measure the clock, load the script
         results.put("ready")

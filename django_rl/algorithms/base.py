@@ -10,7 +10,7 @@ from django_rl.backends import run_reads
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
-    from django_rl.backends import RedisBackend
+    from django_rl.backends import RedisNode
 
 
 class ParameterError(ValueError):
@@ -52,8 +52,10 @@ class Algorithm(Protocol):
     """A rate-limiting algorithm bound to its parameters.
 
     Every method makes exactly one round trip to Redis (``fixed_window``
-    adds one ``TIME`` every 30 s per process, see ``ServerClock``) and takes
-    time from the Redis server, never from this host.
+    adds one ``TIME`` every 30 s per process and server, see ``ServerClock``)
+    and takes time from the Redis server, never from this host. It is given
+    the :class:`RedisNode` that owns ``key`` (the one server, or the cluster
+    primary of the key's slot), so it works the same on every topology.
     """
 
     #: The name a policy's ``algorithm`` uses.
@@ -83,15 +85,15 @@ class Algorithm(Protocol):
         """Build from a policy's settings; raise RateError or ParameterError."""
         ...
 
-    def hit(self, backend: RedisBackend, key: str, cost: int) -> Outcome:
+    def hit(self, node: RedisNode, key: str, cost: int) -> Outcome:
         """Count a hit of weight ``cost`` (1 <= cost <= limit) and decide."""
         ...
 
-    def peek(self, backend: RedisBackend, key: str) -> Outcome:
+    def peek(self, node: RedisNode, key: str) -> Outcome:
         """Decide whether a hit of cost 1 would be allowed, changing nothing."""
         ...
 
-    def queue_peek(self, pipe: Pipeline, backend: RedisBackend, key: str) -> ReadReplies:
+    def queue_peek(self, pipe: Pipeline, node: RedisNode, key: str) -> ReadReplies:
         """Queue on ``pipe`` the commands of ``peek`` (reads only); return their reader.
 
         The state of many identities can then be read in one round trip (the
@@ -99,12 +101,12 @@ class Algorithm(Protocol):
         """
         ...
 
-    def keys(self, backend: RedisBackend, key: str) -> list[str]:
+    def keys(self, node: RedisNode, key: str) -> list[str]:
         """Return the Redis keys that may hold this identity's state now."""
         ...
 
 
-def read_now(algorithm: Algorithm, backend: RedisBackend, key: str) -> Reading:
+def read_now(algorithm: Algorithm, node: RedisNode, key: str) -> Reading:
     """Run ``algorithm.queue_peek`` in a pipeline of its own: one round trip."""
-    read, replies = run_reads(backend.client, lambda pipe: algorithm.queue_peek(pipe, backend, key))
+    read, replies = run_reads(node.client, lambda pipe: algorithm.queue_peek(pipe, node, key))
     return read(iter(replies))

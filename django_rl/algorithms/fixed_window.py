@@ -31,7 +31,7 @@ from django_rl.rates import Rate, parse_rate
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
-    from django_rl.backends import RedisBackend
+    from django_rl.backends import RedisNode
 
 
 class FixedWindow:
@@ -55,13 +55,13 @@ class FixedWindow:
     def description(self) -> str:
         return f"{self.name} {self.rate}"
 
-    def _window(self, backend: RedisBackend) -> int:
-        return backend.now_ms() // self.rate.period_ms
+    def _window(self, node: RedisNode) -> int:
+        return node.now_ms() // self.rate.period_ms
 
-    def hit(self, backend: RedisBackend, key: str, cost: int) -> Outcome:
-        window = self._window(backend)
+    def hit(self, node: RedisNode, key: str, cost: int) -> Outcome:
+        window = self._window(node)
         window_key = f"{key}:{window}"
-        count, _, ttl_ms = backend.client.transaction_replies(
+        count, _, ttl_ms = node.client.transaction_replies(
             (
                 ("INCRBY", window_key, cost),
                 ("PEXPIREAT", window_key, (window + 1) * self.rate.period_ms, "NX"),
@@ -76,11 +76,11 @@ class FixedWindow:
             return Outcome(True, limit - count, 0, ttl_ms)
         return Outcome(False, 0, max(ttl_ms, 1), ttl_ms)
 
-    def peek(self, backend: RedisBackend, key: str) -> Outcome:
-        return read_now(self, backend, key).outcome
+    def peek(self, node: RedisNode, key: str) -> Outcome:
+        return read_now(self, node, key).outcome
 
-    def queue_peek(self, pipe: Pipeline, backend: RedisBackend, key: str) -> ReadReplies:
-        window_key = f"{key}:{self._window(backend)}"
+    def queue_peek(self, pipe: Pipeline, node: RedisNode, key: str) -> ReadReplies:
+        window_key = f"{key}:{self._window(node)}"
         pipe.get(window_key)
         pipe.pttl(window_key)
         limit = self.rate.limit
@@ -98,8 +98,8 @@ class FixedWindow:
 
         return read
 
-    def keys(self, backend: RedisBackend, key: str) -> list[str]:
+    def keys(self, node: RedisNode, key: str) -> list[str]:
         # The neighbours too: the local clock estimate may sit a hair on the
         # other side of an edge from where an earlier hit counted.
-        window = self._window(backend)
+        window = self._window(node)
         return [f"{key}:{w}" for w in (window - 1, window, window + 1)]

@@ -19,7 +19,7 @@ from django_rl.rates import MAX_COUNT, Rate, parse_rate
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
-    from django_rl.backends import RedisBackend
+    from django_rl.backends import RedisNode
 
 SCRIPT = LuaScript.from_package(__package__, "token_bucket.lua")
 
@@ -64,13 +64,13 @@ class TokenBucket:
         allowed, units, retry_ms, reset_ms = reply
         return Outcome(bool(allowed), units // self.rate.period_ms, retry_ms, reset_ms)
 
-    def hit(self, backend: RedisBackend, key: str, cost: int) -> Outcome:
-        return self._outcome(SCRIPT(backend.client, (key,), self._args(cost, "1")))
+    def hit(self, node: RedisNode, key: str, cost: int) -> Outcome:
+        return self._outcome(SCRIPT(node.client, (key,), self._args(cost, "1")))
 
-    def peek(self, backend: RedisBackend, key: str) -> Outcome:
-        return read_now(self, backend, key).outcome
+    def peek(self, node: RedisNode, key: str) -> Outcome:
+        return read_now(self, node, key).outcome
 
-    def queue_peek(self, pipe: Pipeline, backend: RedisBackend, key: str) -> ReadReplies:
+    def queue_peek(self, pipe: Pipeline, node: RedisNode, key: str) -> ReadReplies:
         SCRIPT.queue(pipe, (key,), self._args(1, "0"))
 
         def read(replies: Iterator[Any]) -> Reading:
@@ -83,5 +83,5 @@ class TokenBucket:
 
         return read
 
-    def keys(self, backend: RedisBackend, key: str) -> list[str]:
+    def keys(self, node: RedisNode, key: str) -> list[str]:
         return [key]

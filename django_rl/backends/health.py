@@ -9,7 +9,7 @@ logger = logging.getLogger("django_rl")
 
 
 class Health:
-    """Track whether the Redis behind one ``CACHES`` alias answers.
+    """Track whether the Redis behind one ``CACHES`` alias (or one node of its cluster) answers.
 
     A dead Redis must log one warning, not one per request, and one info line
     when it answers again. Callers read :attr:`epoch` before they talk to
@@ -22,8 +22,11 @@ class Health:
     log a flurry of warning/info pairs.
     """
 
-    def __init__(self, alias: str) -> None:
+    def __init__(self, alias: str, address: str = "") -> None:
         self.alias = alias
+        #: What the log lines call the server: ``CACHES['x']``, and the
+        #: node's address when the alias has several (a cluster).
+        self.name = f"CACHES[{alias!r}]" + (f", node {address}" if address else "")
         self.down = False
         self._epoch = 0
         self._lock = threading.Lock()
@@ -46,9 +49,9 @@ class Health:
             self.down = True
             self._epoch += 1
         logger.warning(
-            "Redis for rate limiting (CACHES[%r]) is unavailable (%s: %s); "
+            "Redis for rate limiting (%s) is unavailable (%s: %s); "
             "decisions follow fail_open (default FAIL_OPEN) until it answers again.",
-            self.alias,
+            self.name,
             type(exc).__name__,
             exc,
         )
@@ -66,5 +69,5 @@ class Health:
                 return False
             self.down = False
             self._epoch += 1
-        logger.info("Redis for rate limiting (CACHES[%r]) is back.", self.alias)
+        logger.info("Redis for rate limiting (%s) is back.", self.name)
         return True

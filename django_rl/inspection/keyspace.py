@@ -18,7 +18,7 @@ from django_rl.keys import SAFE_NAME, STORED_IDENTITY, KeyIdentity
 if TYPE_CHECKING:
     from redis import Redis
 
-    from django_rl.backends import RedisBackend
+    from django_rl.backends import Backend
 
 #: Keys SCAN may look at for one request (the sum of its COUNT hints).
 SCAN_BUDGET = 20_000
@@ -112,13 +112,15 @@ def match_pattern(prefix: str, policy: str | None = None, identity_prefix: str =
     return f"{prefix}:{policy_part}:{{{identity_prefix}*"
 
 
-def scan_targets(backend: RedisBackend) -> list[Redis]:
+def scan_targets(backend: Backend) -> list[Redis]:
     """Return a client for each server whose keyspace holds the app's keys.
 
-    One server today; on a Redis Cluster every primary goes here, and
-    listings walk them one after another (the cursor names which).
+    The one server, or every primary of a Redis Cluster, ordered by address;
+    listings walk them one after another (the cursor names which), within
+    one budget for them all. (A failover between two pages changes the
+    primaries: the next page may then skip or repeat some keys.)
     """
-    return [backend.client]
+    return [node.client for node in backend.nodes()]
 
 
 @dataclass(frozen=True)

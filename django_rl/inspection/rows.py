@@ -12,6 +12,7 @@ reset from here (they go away by their TTL).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from django_rl.policies import Policy, get_policy
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
-    from django_rl.backends import RedisBackend
+    from django_rl.backends import Backend, RedisNode
     from django_rl.inspection.keyspace import ParsedKey
 
 LIVE = "live"
@@ -133,8 +134,11 @@ def sort_rows(rows: Iterable[Row]) -> list[Row]:
 RowReader = Callable[[Iterator[Any]], "Row | None"]
 
 
-def read_rows(backend: RedisBackend, keys: Iterable[ParsedKey]) -> list[Row]:
-    """Return the rows of ``keys``, their state read in one pipeline, sorted.
+def read_rows(backend: Backend, keys: Iterable[ParsedKey]) -> list[Row]:
+    """Return the rows of ``keys``, sorted, their state read in one pipeline per node.
+
+    An identity's keys share its hash tag, so the keys of a row all live on
+    one node (the one server; a primary of a cluster).
 
     :raises redis.exceptions.RedisError: if Redis cannot answer.
     """
@@ -144,50 +148,60 @@ def read_rows(backend: RedisBackend, keys: Iterable[ParsedKey]) -> list[Row]:
             parsed.key
         )
     policies = {name: _policy_or_none(name) for name, _, _ in groups}
+    on_node: dict[RedisNode, list[tuple[tuple[str, KeyIdentity, str], list[str]]]] = {}
+    for row_id, group in groups.items():
+        on_node.setdefault(backend.node_for(group[0]), []).append((row_id, group))
 
-    def queue(pipe: Pipeline) -> list[RowReader]:
+    def queue(pipe: Pipeline, node: RedisNode, rows: list[Any]) -> list[RowReader]:
         readers = []
-        for (name, identity, fp), group in groups.items():
+        for (name, identity, fp), group in rows:
             policy = policies[name]
             if policy is not None and policy.fingerprint == fp:
-                readers.append(_queue_live(pipe, policy, identity, tuple(group)))
+                readers.append(_queue_live(pipe, node, policy, identity, tuple(group)))
             else:
                 status = STALE if policy is not None else UNCONFIGURED
                 readers.append(_queue_expiring(pipe, name, identity, tuple(group), status))
         return readers
 
-    readers, replies = run_reads(backend.client, queue)
-    return _collect(readers, replies)
+    found: list[Row] = []
+    for node, rows in on_node.items():
+        readers, replies = run_reads(node.client, functools.partial(queue, node=node, rows=rows))
+        found += _collect(readers, replies)
+    return sort_rows(found)
 
 
-def lookup_rows(backend: RedisBackend, policies: Sequence[Policy], identity: str) -> list[Row]:
+def lookup_rows(backend: Backend, policies: Sequence[Policy], identity: str) -> list[Row]:
     """Return the live rows of one identity under ``policies``, read in one pipeline.
 
     The keys are computed, not searched for, so this is as fast with a
     million keys as with ten. ``identity`` is raw (made safe like a
-    request's) or a :class:`KeyIdentity`.
+    request's) or a :class:`KeyIdentity`. Its keys share its hash tag: they
+    all live on one node.
 
     :raises redis.exceptions.RedisError: if Redis cannot answer.
     """
     stored = KeyIdentity(safe_identity(identity))
+    if not policies:
+        return []
+    node = backend.node_for(policies[0].key(stored))
 
     def queue(pipe: Pipeline) -> list[RowReader]:
         readers = []
         for policy in policies:
-            keys = policy.algorithm.keys(backend, policy.key(stored))
+            keys = policy.algorithm.keys(node, policy.key(stored))
             for key in keys:
                 pipe.exists(key)
-            readers.append(_queue_existing(pipe, policy, stored, keys))
+            readers.append(_queue_existing(pipe, node, policy, stored, keys))
         return readers
 
-    readers, replies = run_reads(backend.client, queue)
-    return _collect(readers, replies)
+    readers, replies = run_reads(node.client, queue)
+    return sort_rows(_collect(readers, replies))
 
 
 def _collect(readers: list[RowReader], replies: list[Any]) -> list[Row]:
     stream = iter(replies)
     rows = [read(stream) for read in readers]
-    return sort_rows(row for row in rows if row is not None)
+    return [row for row in rows if row is not None]
 
 
 def _policy_or_none(name: str) -> Policy | None:
@@ -198,16 +212,16 @@ def _policy_or_none(name: str) -> Policy | None:
 
 
 def _queue_live(
-    pipe: Pipeline, policy: Policy, identity: KeyIdentity, keys: tuple[str, ...]
+    pipe: Pipeline, node: RedisNode, policy: Policy, identity: KeyIdentity, keys: tuple[str, ...]
 ) -> RowReader:
-    read = policy.algorithm.queue_peek(pipe, policy.backend, policy.key(identity))
+    read = policy.algorithm.queue_peek(pipe, node, policy.key(identity))
     return lambda replies: _live_row(policy, identity, keys, read(replies))
 
 
 def _queue_existing(
-    pipe: Pipeline, policy: Policy, identity: KeyIdentity, keys: list[str]
+    pipe: Pipeline, node: RedisNode, policy: Policy, identity: KeyIdentity, keys: list[str]
 ) -> RowReader:
-    read = policy.algorithm.queue_peek(pipe, policy.backend, policy.key(identity))
+    read = policy.algorithm.queue_peek(pipe, node, policy.key(identity))
 
     def row(replies: Iterator[Any]) -> Row | None:
         existing = tuple(key for key in keys if next(replies))

@@ -18,7 +18,7 @@ from django_rl.algorithms.base import Algorithm
 from django_rl.algorithms.fixed_window import FixedWindow
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.algorithms.token_bucket import TokenBucket
-from django_rl.backends import RedisBackend, get_backend
+from django_rl.backends import Backend, RedisNode, get_backend
 from django_rl.conf import get_settings
 from django_rl.policies import Policy
 from django_rl.rates import parse_rate
@@ -42,8 +42,9 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     write = command.stdout.write
     write(f"Replaying the lesson with django_rl (scratch key prefix {prefix!r}):\n")
     try:
-        write(naive_after_crash(backend.client, f"{prefix}:naive:u1"))
-        write(expire_nx_heals(backend.client, f"{prefix}:naive:u1"))
+        naive = f"{prefix}:naive:u1"
+        write(naive_after_crash(backend.node_for(naive).client, naive))
+        write(expire_nx_heals(backend.node_for(naive).client, naive))
         write(
             denied_with_retry_after(
                 _policy("fixed-minute", FixedWindow(parse_rate("5/m")), backend, prefix)
@@ -59,11 +60,11 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
         bucket = _policy("bucket", TokenBucket(3, parse_rate("1/s")), backend, prefix)
         write(f"token bucket: 5 quick calls then one after 1.1 s -> {token_bucket_refill(bucket)}")
     finally:
-        deleted = _clean_up(backend.client, prefix)
+        deleted = _clean_up(backend, prefix)
         write(f"\nDeleted the demo's {deleted} keys.")
 
 
-def _policy(name: str, algorithm: Algorithm, backend: RedisBackend, prefix: str) -> Policy:
+def _policy(name: str, algorithm: Algorithm, backend: Backend, prefix: str) -> Policy:
     return Policy(
         name, algorithm, lambda request: None, backend, key_prefix=prefix, fail_open=False
     )
@@ -102,7 +103,7 @@ def expire_nx_heals(client: Redis, key: str) -> str:
 
 def denied_with_retry_after(policy: Policy) -> str:
     """Row 3: the 6th and 7th hits of a 5/minute fixed window answer 429."""
-    _wait_for_room(policy.backend, period_ms=60_000, need_ms=2_000)
+    _wait_for_room(_node(policy, "user:u2"), period_ms=60_000, need_ms=2_000)
     decision = [policy.hit("user:u2") for _ in range(7)][-1]
     status = "200 OK" if decision.allowed else "429 Too Many Requests"
     return f"{status}\nRetry-After: {decision.retry_after_header} | remaining {decision.remaining}"
@@ -110,13 +111,13 @@ def denied_with_retry_after(policy: Policy) -> str:
 
 def edge_burst(policy: Policy) -> int:
     """Rows 4-5: 5 hits 100 ms before a 1 s window edge and 5 hits 100 ms after it."""
-    backend = policy.backend
-    edge = (backend.now_ms() // 1000 + 1) * 1000
-    if edge - backend.now_ms() < 300:
+    node = _node(policy, "user:u3")
+    edge = (node.now_ms() // 1000 + 1) * 1000
+    if edge - node.now_ms() < 300:
         edge += 1000
-    _sleep_until(backend, edge - 100)
+    _sleep_until(node, edge - 100)
     before = sum(policy.hit("user:u3").allowed for _ in range(LIMIT))
-    _sleep_until(backend, edge + 100)
+    _sleep_until(node, edge + 100)
     after = sum(policy.hit("user:u3").allowed for _ in range(LIMIT))
     return before + after
 
@@ -129,18 +130,31 @@ def token_bucket_refill(policy: Policy) -> str:
     return " ".join(str(int(r)) for r in results)
 
 
-def _sleep_until(backend: RedisBackend, server_ms: int) -> None:
-    while (left := server_ms - backend.now_ms()) > 0:
+def _node(policy: Policy, identity: str) -> RedisNode:
+    """Return the node whose clock numbers the windows of ``identity`` (its keys' node)."""
+    return policy.backend.node_for(policy.key(identity))
+
+
+def _sleep_until(node: RedisNode, server_ms: int) -> None:
+    while (left := server_ms - node.now_ms()) > 0:
         time.sleep(left / 1000)
 
 
-def _wait_for_room(backend: RedisBackend, period_ms: int, need_ms: int) -> None:
+def _wait_for_room(node: RedisNode, period_ms: int, need_ms: int) -> None:
     """Wait for the next window if fewer than ``need_ms`` are left in this one."""
-    now = backend.now_ms()
+    now = node.now_ms()
     if period_ms - now % period_ms < need_ms:
-        _sleep_until(backend, (now // period_ms + 1) * period_ms)
+        _sleep_until(node, (now // period_ms + 1) * period_ms)
 
 
-def _clean_up(client: Redis, prefix: str) -> int:
-    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-    return int(client.delete(*keys)) if keys else 0
+def _clean_up(backend: Backend, prefix: str) -> int:
+    """Delete the demo's keys on every node; return how many there were."""
+    deleted = 0
+    for node in backend.nodes():
+        keys = list(node.client.scan_iter(match=f"{prefix}:*", count=1000))
+        # One DEL per key: on a cluster, the keys of one node span many slots.
+        pipe = node.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.delete(key)
+        deleted += sum(pipe.execute())
+    return deleted

@@ -40,8 +40,9 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     write(f"remaining    {decision.remaining}")
     write(f"retry after  {format_duration(decision.retry_after)}")
     write(f"reset after  {format_duration(decision.reset_after)}")
-    keys = policy.algorithm.keys(policy.backend, policy.key(identity))
-    rows = _describe(policy.backend.client, keys)
+    node = policy.backend.node_for(policy.key(identity))
+    keys = policy.algorithm.keys(node, policy.key(identity))
+    rows = _describe(node.client, keys)
     if not rows:
         write("keys         none: no state under this policy")
         return

@@ -1,0 +1,187 @@
+"""One Redis server as this process talks to it: kept connections, its clock, its health."""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Concatenate, ParamSpec, TypeVar
+
+from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from django_rl.backends.clock import ClockUnavailable, ServerClock
+from django_rl.backends.connections import KeptConnectionClient, discard
+from django_rl.backends.health import Health
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: Errors after which every connection is as suspect as the one that failed
+#: (BusyLoadingError, LOADING, is a ConnectionError).
+STALE_CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError)
+
+
+class RedisNode:
+    """One Redis server: the single one of a ``CACHES`` alias, or a primary of a cluster.
+
+    Holds a redis-py client per thread, each on one connection of the
+    server's process-wide pool (see :attr:`client`), the estimate of the
+    server's clock (:meth:`now_ms`), and the :class:`Health` that logs an
+    outage of this server once, not once per request.
+
+    :param alias: the ``CACHES`` alias, for log lines.
+    :param address: ``host:port`` when the alias has several servers (a
+        cluster), for log lines; ``""`` for a single one.
+    :param pooled: the redis-py client of the server's pool; without it,
+        :meth:`_connect` makes one when first needed.
+    """
+
+    def __init__(self, alias: str, address: str = "", pooled: Redis | None = None) -> None:
+        self.alias = alias
+        self.address = address
+        self._pooled = pooled
+        self._local = threading.local()
+        self.clock = ServerClock(self._read_server_time)
+        self.health = Health(alias, address)
+        # Bumped when the connections are suspect (see record_failure); a
+        # thread whose kept connection is older replaces it on its next call.
+        self._generation = 0
+        _live_nodes.add(self)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} CACHES[{self.alias!r}] {self.address}>".replace(" >", ">")
+
+    @property
+    def client(self) -> KeptConnectionClient:
+        """Return this thread's redis-py client, which keeps one connection of the pool.
+
+        A command on a pooled client checks a connection out of the pool and
+        back in, and first checks that nothing is left unread on it: five
+        system calls and about a third of a PING's client-side CPU time (see
+        docs/performance.md). A connection kept per thread skips all that.
+        Each thread that makes decisions holds one connection of the pool,
+        given back when the thread ends; pipelines still take theirs from the
+        pool. If Redis is down, building the client raises and nothing is
+        kept, so the next call tries again. A connection that broke is
+        replaced (see :class:`KeptConnectionClient`), and after any thread met
+        an error that makes every connection suspect, each thread replaces its
+        own on its next call (see :meth:`record_failure`).
+        """
+        local = self._local
+        client: KeptConnectionClient | None = getattr(local, "client", None)
+        if client is None or local.generation != self._generation:
+            if client is not None:
+                local.client = None
+                discard(client)
+            generation = self._generation
+            client = KeptConnectionClient(
+                connection_pool=self.pooled_client.connection_pool, single_connection_client=True
+            )
+            local.client, local.generation = client, generation
+        return client
+
+    @property
+    def pooled_client(self) -> Redis:
+        """Return the redis-py client of the server's pool (thread-safe)."""
+        client = self._pooled
+        if client is None:
+            client = self._pooled = self._connect()
+        return client
+
+    def _connect(self) -> Redis:
+        raise NotImplementedError("RedisNode._connect")
+
+    def forget_connections(self) -> None:
+        """Drop every thread's client (a forked child must not share its parent's sockets)."""
+        self._local = threading.local()
+
+    def _read_server_time(self) -> tuple[int, int]:
+        seconds, microseconds = self.client.time()
+        return int(seconds), int(microseconds)
+
+    def now_ms(self) -> int:
+        """Return this server's time in ms, estimated locally (see ServerClock).
+
+        :raises redis.exceptions.RedisError: if the clock was never measured
+            and Redis does not answer.
+        """
+        try:
+            return self.clock.now_ms()
+        except ClockUnavailable as exc:
+            # Callers treat Redis trouble as RedisError, whichever call met it.
+            raise RedisConnectionError(str(exc)) from exc
+
+    def run(
+        self,
+        key: str,
+        operation: Callable[Concatenate[RedisNode, str, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """Return ``operation(self, key, *args, **kwargs)``, noting whether Redis answered.
+
+        :raises redis.exceptions.RedisError: as ``operation`` does.
+        """
+        epoch = self.health.epoch  # see Health: calls that straddle a change
+        try:
+            result = operation(self, key, *args, **kwargs)
+        except RedisError as exc:
+            self.record_failure(exc, epoch)
+            raise
+        self.record_success(epoch)
+        return result
+
+    def record_failure(self, exc: Exception, epoch: int | None = None) -> None:
+        """Note that a call started in ``epoch`` failed; log the start of an outage once.
+
+        After an error that says the server is gone, hung, restarting or no
+        longer the primary, every connection is suspect: the pool's idle ones
+        are closed, and each thread replaces its kept one on its next call, so
+        the next calls connect afresh instead of each finding out on a stale
+        one. That matters most after a failover that repoints an address
+        (DNS, a Kubernetes Service, a proxy, Sentinel) at the new primary:
+        connections opened before it still reach the demoted one, which
+        answers READONLY, and would be reused forever. A connection in use by
+        another thread is left to finish its call. Errors of a healthy server
+        (an OOM or WRONGTYPE reply) leave the connections alone.
+        """
+        if isinstance(exc, STALE_CONNECTION_ERRORS):
+            self.replace_connections()
+        self.health.failed(exc, epoch)
+
+    def record_success(self, epoch: int | None = None) -> None:
+        """Note that a call started in ``epoch`` succeeded; log the end of an outage once.
+
+        When an outage ends, connections left from before it are replaced as
+        well: in a failover some may still reach the old primary.
+        """
+        if self.health.succeeded(epoch):
+            self.replace_connections()
+
+    def replace_connections(self) -> None:
+        """Make every thread replace its kept connection, and close the pool's idle ones."""
+        self._generation += 1
+        pooled = self._pooled
+        if pooled is not None:
+            # Idle ones only: closing one in use would break another thread's
+            # call, perhaps one of the application's own cache calls.
+            pooled.connection_pool.disconnect(inuse_connections=False)
+
+
+_live_nodes: weakref.WeakSet[RedisNode] = weakref.WeakSet()
+#: Run in a forked child, after the nodes have forgotten their connections.
+after_fork_hooks: list[Callable[[], None]] = []
+
+
+def _after_fork_in_child() -> None:
+    for node in list(_live_nodes):
+        node.forget_connections()
+    for hook in after_fork_hooks:
+        hook()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
