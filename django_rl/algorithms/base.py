@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
 
-from django_rl.backends import run_reads
+from django_rl.backends import LuaScript, run_reads
+from django_rl.rates import Rate, parse_rate
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from django_rl.backends import RedisNode
+
+R = TypeVar("R", bound="RateAlgorithm")
 
 
 class ParameterError(ValueError):
@@ -110,3 +113,62 @@ def read_now(algorithm: Algorithm, node: RedisNode, key: str) -> Reading:
     """Run ``algorithm.queue_peek`` in a pipeline of its own: one round trip."""
     read, replies = run_reads(node.client, lambda pipe: algorithm.queue_peek(pipe, node, key))
     return read(iter(replies))
+
+
+class RateAlgorithm:
+    """The shared half of the algorithms whose one parameter is ``rate``."""
+
+    name: ClassVar[str]
+    parameters: ClassVar[frozenset[str]] = frozenset({"rate"})
+
+    def __init__(self, rate: Rate) -> None:
+        self.rate = rate
+
+    @classmethod
+    def from_spec(cls: type[R], spec: Mapping[str, Any]) -> R:
+        return cls(parse_rate(spec["rate"]))
+
+    @property
+    def limit(self) -> int:
+        return self.rate.limit
+
+    @property
+    def description(self) -> str:
+        return f"{self.name} {self.rate}"
+
+
+class ScriptAlgorithm:
+    """The shared half of the algorithms that are one Lua script on one key.
+
+    The script takes the algorithm's arguments, then the cost and ``"1"`` to
+    count (``"0"`` to only look: ``peek``), and replies with four integers
+    that :meth:`outcome` reads.
+    """
+
+    script: ClassVar[LuaScript]
+
+    def script_args(self, cost: int, commit: str) -> Sequence[int | str]:
+        """Return the script's ARGV for a hit of ``cost`` (``commit`` ``"1"``) or a look."""
+        raise NotImplementedError("script_args")
+
+    def outcome(self, reply: Sequence[int]) -> Outcome:
+        """Turn the script's reply into an Outcome."""
+        raise NotImplementedError("outcome")
+
+    def reading(self, reply: Sequence[int]) -> Reading:
+        """Turn the reply of a look into what the admin page shows."""
+        raise NotImplementedError("reading")
+
+    def hit(self, node: RedisNode, key: str, cost: int) -> Outcome:
+        return self.outcome(self.script(node.client, (key,), self.script_args(cost, "1")))
+
+    def peek(self, node: RedisNode, key: str) -> Outcome:
+        read, replies = run_reads(node.client, lambda pipe: self.queue_peek(pipe, node, key))
+        return read(iter(replies)).outcome
+
+    def queue_peek(self, pipe: Pipeline, node: RedisNode, key: str) -> ReadReplies:
+        self.script.queue(pipe, (key,), self.script_args(1, "0"))
+        return lambda replies: self.reading(next(replies))
+
+    def keys(self, node: RedisNode, key: str) -> list[str]:
+        return [key]

@@ -22,11 +22,10 @@ PTTL key; EXEC``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from django_rl.algorithms.base import Outcome, Reading, ReadReplies, read_now
-from django_rl.rates import Rate, parse_rate
+from django_rl.algorithms.base import Outcome, RateAlgorithm, Reading, ReadReplies, read_now
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
@@ -34,26 +33,10 @@ if TYPE_CHECKING:
     from django_rl.backends import RedisNode
 
 
-class FixedWindow:
+class FixedWindow(RateAlgorithm):
     name: ClassVar[str] = "fixed_window"
-    parameters: ClassVar[frozenset[str]] = frozenset({"rate"})
     # The counter only grows until the window ends.
     denial_holds_for_any_cost: ClassVar[bool] = True
-
-    def __init__(self, rate: Rate) -> None:
-        self.rate = rate
-
-    @classmethod
-    def from_spec(cls, spec: Mapping[str, Any]) -> FixedWindow:
-        return cls(parse_rate(spec["rate"]))
-
-    @property
-    def limit(self) -> int:
-        return self.rate.limit
-
-    @property
-    def description(self) -> str:
-        return f"{self.name} {self.rate}"
 
     def _window(self, node: RedisNode) -> int:
         return node.now_ms() // self.rate.period_ms

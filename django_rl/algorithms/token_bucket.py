@@ -9,17 +9,12 @@ time until c tokens are back. Denied hits take nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
-from django_rl.algorithms.base import Outcome, ParameterError, Reading, ReadReplies, read_now
+from django_rl.algorithms.base import Outcome, ParameterError, Reading, ScriptAlgorithm
 from django_rl.backends import LuaScript
 from django_rl.rates import MAX_COUNT, Rate, parse_rate
-
-if TYPE_CHECKING:
-    from redis.client import Pipeline
-
-    from django_rl.backends import RedisNode
 
 SCRIPT = LuaScript.from_package(__package__, "token_bucket.lua")
 
@@ -27,10 +22,11 @@ SCRIPT = LuaScript.from_package(__package__, "token_bucket.lua")
 MAX_UNITS = 2**52
 
 
-class TokenBucket:
+class TokenBucket(ScriptAlgorithm):
     name: ClassVar[str] = "token_bucket"
     parameters: ClassVar[frozenset[str]] = frozenset({"rate", "capacity"})
     denial_holds_for_any_cost: ClassVar[bool] = False
+    script: ClassVar[LuaScript] = SCRIPT
 
     def __init__(self, capacity: int, rate: Rate) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int):
@@ -57,31 +53,16 @@ class TokenBucket:
     def description(self) -> str:
         return f"{self.name} {self.capacity} {self.rate}"
 
-    def _args(self, cost: int, commit: str) -> tuple[int, int, int, int, str]:
+    def script_args(self, cost: int, commit: str) -> tuple[int, int, int, int, str]:
         return (self.capacity, self.rate.limit, self.rate.period_ms, cost, commit)
 
-    def _outcome(self, reply: Sequence[int]) -> Outcome:
+    def outcome(self, reply: Sequence[int]) -> Outcome:
         allowed, units, retry_ms, reset_ms = reply
         return Outcome(bool(allowed), units // self.rate.period_ms, retry_ms, reset_ms)
 
-    def hit(self, node: RedisNode, key: str, cost: int) -> Outcome:
-        return self._outcome(SCRIPT(node.client, (key,), self._args(cost, "1")))
-
-    def peek(self, node: RedisNode, key: str) -> Outcome:
-        return read_now(self, node, key).outcome
-
-    def queue_peek(self, pipe: Pipeline, node: RedisNode, key: str) -> ReadReplies:
-        SCRIPT.queue(pipe, (key,), self._args(1, "0"))
-
-        def read(replies: Iterator[Any]) -> Reading:
-            reply = next(replies)
-            tokens = reply[1] / self.rate.period_ms
-            # Rounded down: a bucket never looks fuller than it is.
-            shown = math.floor(tokens * 10) / 10
-            used = round(self.capacity - tokens, 6)  # no float noise in what people see
-            return Reading(self._outcome(reply), used, f"{shown:g} tokens left")
-
-        return read
-
-    def keys(self, node: RedisNode, key: str) -> list[str]:
-        return [key]
+    def reading(self, reply: Sequence[int]) -> Reading:
+        tokens = reply[1] / self.rate.period_ms
+        # Rounded down: a bucket never looks fuller than it is.
+        shown = math.floor(tokens * 10) / 10
+        used = round(self.capacity - tokens, 6)  # no float noise in what people see
+        return Reading(self.outcome(reply), used, f"{shown:g} tokens left")
