@@ -28,6 +28,8 @@ class Health:
         #: node's address when the alias has several (a cluster).
         self.name = f"CACHES[{alias!r}]" + (f", node {address}" if address else "")
         self.down = False
+        #: Outages seen so far (each logged once, with one line when it ended).
+        self.outages = 0
         self._epoch = 0
         self._lock = threading.Lock()
 
@@ -48,13 +50,16 @@ class Health:
                 return False
             self.down = True
             self._epoch += 1
-        logger.warning(
-            "Redis for rate limiting (%s) is unavailable (%s: %s); "
-            "decisions follow fail_open (default FAIL_OPEN) until it answers again.",
-            self.name,
-            type(exc).__name__,
-            exc,
-        )
+            self.outages += 1
+            # Logged under the lock, so the log shows transitions in the order
+            # they happened (this runs once per outage, not per request).
+            logger.warning(
+                "Redis for rate limiting (%s) is unavailable (%s: %s); "
+                "decisions follow fail_open (default FAIL_OPEN) until it answers again.",
+                self.name,
+                type(exc).__name__,
+                exc,
+            )
         return True
 
     def succeeded(self, epoch: int | None = None) -> bool:
@@ -69,5 +74,5 @@ class Health:
                 return False
             self.down = False
             self._epoch += 1
-        logger.info("Redis for rate limiting (%s) is back.", self.name)
+            logger.info("Redis for rate limiting (%s) is back.", self.name)
         return True
