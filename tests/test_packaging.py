@@ -27,13 +27,25 @@ def package_files() -> set[str]:
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
+    # Build from a copy of the tracked files: setuptools writes build/ and
+    # *.egg-info into the tree it builds, and the tox matrix builds in
+    # several environments at once.
+    source = tmp_path_factory.mktemp("source")
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
-        check=True,
+    result = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(source)],
         capture_output=True,
+        text=True,
         timeout=300,
     )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return out
 
 
