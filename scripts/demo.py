@@ -12,64 +12,29 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.redis_server import RedisServer  # noqa: E402 - needs ROOT on sys.path
+
 USERNAME = "admin"
 PASSWORD = "demo-password"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_redis() -> tuple[subprocess.Popen[bytes], str, str]:
-    """Start a private redis-server; return the process, its URL and its directory."""
-    binary = shutil.which("redis-server")
-    if binary is None:
+def start_redis() -> RedisServer:
+    """Start a private redis-server on a free port (the test suite's helper)."""
+    if shutil.which("redis-server") is None:
         sys.exit(
             "redis-server is not installed and could not be installed here: "
             "run `sudo apt-get install redis-server`, or set REDIS_URL to a Redis you have."
         )
-    directory = tempfile.mkdtemp(prefix="django-rl-demo-redis-")
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            directory,
-            "--logfile",
-            os.path.join(directory, "redis.log"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
-                sock.sendall(b"PING\r\n")
-                if sock.recv(16).startswith(b"+PONG"):
-                    return process, f"redis://127.0.0.1:{port}/0", directory
-        except OSError:
-            time.sleep(0.05)
-    process.kill()
-    sys.exit(f"redis-server did not start; see {directory}/redis.log")
+    server = RedisServer()
+    server.start()
+    return server
 
 
 def manage(env: dict[str, str], *args: str) -> None:
@@ -79,13 +44,14 @@ def manage(env: dict[str, str], *args: str) -> None:
 def main() -> None:
     port = int(os.environ.get("DEMO_PORT", "8000"))
     redis = None
-    directory = None
     url = os.environ.get("REDIS_URL")
     if url:
         print(f"Using REDIS_URL={url}")
     else:
-        redis, url, directory = start_redis()
-        print(f"Started a private redis-server at {url} (pid {redis.pid})")
+        redis = start_redis()
+        url = redis.url
+        assert redis.process is not None
+        print(f"Started a private redis-server at {url} (pid {redis.process.pid})")
     env = {**os.environ, "REDIS_URL": url, "DJANGO_SETTINGS_MODULE": "example_project.settings"}
     server = None
     stopping = False
@@ -137,11 +103,9 @@ def main() -> None:
             server.terminate()
             server.wait(10)
         if redis is not None:
-            redis.terminate()
-            redis.wait(10)
-            print(f"Stopped the private redis-server (pid {redis.pid}).")
-        if directory is not None:
-            shutil.rmtree(directory, ignore_errors=True)
+            pid = redis.process.pid if redis.process is not None else None
+            redis.close()  # stops it by pid and removes its directory
+            print(f"Stopped the private redis-server (pid {pid}).")
 
 
 if __name__ == "__main__":
