@@ -1,5 +1,5 @@
 # make test: create .venv, install the project with its test dependencies and
-# the system programs the suite runs (redis-server, chromium), then run every test.
+# the system programs the suite runs (redis-server, chromium, faketime), then run every test.
 # make lint: ruff (lint and format) and mypy --strict over django_rl/.
 # make matrix: the test suite under every Django x Python pair of tox.ini.
 # make demo: the example site on 127.0.0.1:8000 with its own Redis (or REDIS_URL).
@@ -14,7 +14,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-SYSTEM_PACKAGES := redis-server=redis-server redis-cli=redis-tools chromium=chromium
+SYSTEM_PACKAGES := redis-server=redis-server redis-cli=redis-tools chromium=chromium faketime=faketime
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 BENCH_SYSTEM_PACKAGES := redis-server=redis-server redis-benchmark=redis-tools wrk=wrk

@@ -29,9 +29,17 @@ from redis.retry import Retry
 _running: set[subprocess.Popen[bytes]] = set()
 
 
-def spawn(args: Sequence[str]) -> subprocess.Popen[bytes]:
-    """Start a process the suite owns; it is killed at exit if nothing stopped it before."""
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def spawn(args: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a process the suite owns; it is killed at exit if nothing stopped it before.
+
+    ``env``: variables added to this process' environment for it.
+    """
+    process = subprocess.Popen(
+        args,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **env} if env else None,
+    )
     _running.add(process)
     return process
 
@@ -84,16 +92,21 @@ def caches_for(url: str, **options: object) -> dict[str, dict[str, object]]:
 
 
 class RedisServer:
-    """One redis-server process with no persistence, bound to 127.0.0.1."""
+    """One redis-server process with no persistence, bound to 127.0.0.1.
 
-    def __init__(self) -> None:
-        binary = shutil.which("redis-server")
+    :param binary: the server program (default: ``redis-server`` on PATH).
+    :param env: environment variables the server runs with (e.g. libfaketime's).
+    """
+
+    def __init__(self, binary: str | None = None, env: dict[str, str] | None = None) -> None:
+        binary = binary or shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(
                 "redis-server is not installed; `make test` installs it "
                 "(or: sudo apt-get install redis-server)"
             )
         self.binary = binary
+        self.env = env
         self.port = 0
         self.extra_args: Sequence[str] = ()
         self.process: subprocess.Popen[bytes] | None = None
@@ -144,7 +157,8 @@ class RedisServer:
                 "--logfile",
                 os.path.join(self.directory, "redis.log"),
                 *extra_args,
-            ]
+            ],
+            self.env,
         )
 
     def _wait_ready(self, timeout: float = 10.0) -> bool:

@@ -4,8 +4,12 @@ State: a string counter per (identity, window), the window's index in the key.
 One round trip: ``MULTI; INCRBY key cost; PEXPIREAT key <window end> NX;
 PTTL key; EXEC``.
 
-* Windows are numbered from the Redis server's clock (estimated locally, see
-  ``ServerClock``), so app servers with skewed clocks agree on them.
+* Windows are numbered from the Redis server's clock (bounded locally, see
+  ``ServerClock``), so app servers with skewed clocks agree on them. The
+  local bound is never trusted blindly: the reply proves whether the hit
+  landed in the server's current window, and a hit that did not is sent
+  again (see ``FixedWindow.hit``), so no error of the estimate, and no step
+  of the server's clock, lets a hit through uncounted.
 * ``PEXPIREAT ... NX`` pins the key's death to the window's end on the
   server's own clock, so ``PTTL`` is the exact time left and Retry-After is
   exact. ``NX`` sends it on every hit yet only sets a TTL that is missing, so
@@ -22,15 +26,23 @@ PTTL key; EXEC``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django_rl.algorithms.base import Outcome, RateAlgorithm, Reading, ReadReplies, read_now
+from django_rl.backends.clock import ClockError
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from django_rl.backends import RedisNode
+
+
+#: Attempts at finding the server's current window before a hit gives up
+#: (:class:`ClockError`). Each failed attempt moves the clock's bounds; the
+#: second reads ``TIME`` afresh, so only a clock that keeps jumping uses them all.
+MAX_ATTEMPTS = 4
 
 
 class FixedWindow(RateAlgorithm):
@@ -42,36 +54,88 @@ class FixedWindow(RateAlgorithm):
         return node.now_ms() // self.rate.period_ms
 
     def hit(self, node: RedisNode, key: str, cost: int) -> Outcome:
-        window = self._window(node)
-        window_key = f"{key}:{window}"
-        count, _, ttl_ms = node.client.transaction_replies(
-            (
-                ("INCRBY", window_key, cost),
-                ("PEXPIREAT", window_key, (window + 1) * self.rate.period_ms, "NX"),
-                ("PTTL", window_key),
+        """Count the hit in the server's current window; see the module's docstring.
+
+        The window is numbered from a lower bound of the server's clock, and
+        the reply says whether it was the right one: ``PTTL`` of a key that
+        dies at the window's end is the server's time to the millisecond.
+
+        * ``PTTL`` -2: the window had already ended on the server. ``INCRBY``
+          recreated its key and ``PEXPIREAT`` (in the past) deleted it, so
+          the hit counted nowhere: it is sent again in the next window. Never
+          allowed uncounted.
+        * ``PTTL`` above the period: the window has not begun on the server
+          (its clock stepped back). The hit is taken back from it (``DECRBY``)
+          in the same transaction that counts it in the right one.
+
+        Both are rare (a window edge inside the clock's error, or a server
+        clock that jumped); otherwise a hit is one round trip.
+        """
+        clock = node.clock
+        period = self.rate.period_ms
+        earliest = -1  # the lowest window the server may still be in
+        undo: tuple[tuple[str, str, int], ...] = ()
+        for attempt in range(MAX_ATTEMPTS):
+            window = max(self._window(node), earliest)
+            window_key = f"{key}:{window}"
+            end = (window + 1) * period
+            sent = time.monotonic()
+            replies = node.client.transaction_replies(
+                (
+                    *undo,
+                    ("INCRBY", window_key, cost),
+                    ("PEXPIREAT", window_key, end, "NX"),
+                    ("PTTL", window_key),
+                )
             )
+            received = time.monotonic()
+            count, _, ttl_ms = replies[len(undo) :]
+            undo = ()
+            if ttl_ms == -2:
+                clock.observe_at_least(end, received)
+                earliest = window + 1
+                if attempt:
+                    # Still behind after one step forward: the server's clock
+                    # may have jumped ahead by many windows. Read it.
+                    clock.resync()
+                continue
+            if ttl_ms == -1:  # cannot follow PEXPIREAT NX; tells nothing of the clock
+                ttl_ms = period
+            else:
+                clock.observe(end - ttl_ms, sent, received)
+            if ttl_ms > period:
+                undo = (("DECRBY", window_key, cost),)
+                earliest = -1
+                continue
+            limit = self.rate.limit
+            if count <= limit:
+                return Outcome(True, limit - count, 0, ttl_ms)
+            return Outcome(False, 0, max(ttl_ms, 1), ttl_ms)
+        raise ClockError(
+            f"no current window found on the Redis server's clock in {MAX_ATTEMPTS} attempts"
+            + (" (a hit stays counted in a later window)" if undo else "")
         )
-        # PTTL is -2 only if the local clock estimate put this hit in a window
-        # that had just ended on the server: PEXPIREAT in the past deleted it.
-        ttl_ms = max(ttl_ms, 0)
-        limit = self.rate.limit
-        if count <= limit:
-            return Outcome(True, limit - count, 0, ttl_ms)
-        return Outcome(False, 0, max(ttl_ms, 1), ttl_ms)
 
     def peek(self, node: RedisNode, key: str) -> Outcome:
         return read_now(self, node, key).outcome
 
     def queue_peek(self, pipe: Pipeline, node: RedisNode, key: str) -> ReadReplies:
-        window_key = f"{key}:{self._window(node)}"
-        pipe.get(window_key)
-        pipe.pttl(window_key)
+        # The clock's estimate is a lower bound: the server may already be in
+        # the next window. Read both; the current one is the first that
+        # exists and has begun (its PTTL is at most the period).
+        window = self._window(node)
+        for candidate in (window, window + 1):
+            pipe.get(f"{key}:{candidate}")
+            pipe.pttl(f"{key}:{candidate}")
         limit = self.rate.limit
+        period = self.rate.period_ms
 
         def read(replies: Iterator[Any]) -> Reading:
-            count = int(next(replies) or 0)
-            ttl_ms = next(replies)
-            ttl_ms = max(ttl_ms, 0) if count else 0
+            count, ttl_ms = 0, 0
+            for _ in range(2):
+                value, ttl = next(replies), next(replies)
+                if value is not None and 0 <= ttl <= period and not count:
+                    count, ttl_ms = int(value), ttl
             if count < limit:
                 outcome = Outcome(True, limit - count, 0, ttl_ms)
             else:
