@@ -85,7 +85,7 @@ class Policy:
         try:
             outcome = self.backend.run(key, self.algorithm.hit, cost)
         except RedisError:
-            return self._degraded()  # the backend logged the outage, once
+            return self._degraded()  # the node counted it, and logged its outage or incident once
         decision = self._decision(outcome)
         if denials is not None and not outcome.allowed:
             any_cost = self.algorithm.denial_holds_for_any_cost

@@ -175,6 +175,37 @@ def test_a_moved_slot_is_followed_at_once(on_cluster, caplog):
     assert [r.levelname for r in caplog.records if "unavailable" in r.getMessage()] == []
 
 
+def test_a_primary_at_maxmemory_fails_its_own_keys_and_logs_once_naming_it(on_cluster, caplog):
+    # An error reply is per node, as outages are; it is no outage, so the
+    # node keeps its connection and the slot table is not read again for it.
+    caplog.set_level(logging.INFO, logger="django_rl")
+    policy = get_policy("fw")
+    backend = get_backend("default")
+    full = IDENTITIES[0]
+    node = backend.node_for(policy.key(full))
+    other = next(i for i in IDENTITIES if backend.node_for(policy.key(i)) is not node)
+    assert [policy.hit(i).remaining for i in (full, other)] == [99, 99]
+    connection = node.client.client_id()
+    admin = redis_on(on_cluster.server_of(policy.key(full)))
+    try:
+        admin.config_set("maxmemory", 1)  # noeviction, the default: writes answer OOM
+        decisions = [(policy.hit(full).degraded, policy.hit(other).remaining) for _ in range(3)]
+    finally:
+        admin.config_set("maxmemory", 0)
+        admin.close()
+    assert decisions == [(True, 98), (True, 97), (True, 96)]
+    assert policy.hit(full).remaining == 98  # counted again at once
+    ((level, message),) = [
+        (r.levelname, r.getMessage()) for r in caplog.records if r.name == "django_rl"
+    ]
+    assert level == "WARNING"
+    assert message.startswith(
+        f"Redis for rate limiting (CACHES['default'], node {node.address}) is out of memory "
+    )
+    assert (dict(node.health.errors), node.health.outages) == ({"oom": 3}, 0)
+    assert node.client.client_id() == connection
+
+
 def redis_on(server):
     return redis.Redis(port=server.port)
 

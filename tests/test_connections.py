@@ -1,13 +1,16 @@
-"""Each thread keeps one connection of the pool; a forked child makes its own."""
+"""Each thread keeps one connection, through error replies too; a forked child makes its own."""
 
 from __future__ import annotations
 
 import gc
 import threading
 
+import pytest
 from django.test import override_settings
+from redis.exceptions import ResponseError
 
 from django_rl import get_policy
+from django_rl.backends import get_backend
 from django_rl.backends import node as redis_node
 from tests.redis_server import RedisServer, caches_for
 
@@ -85,3 +88,24 @@ def test_a_redis_restart_costs_no_decision(caplog):
         server.close()
     assert [(d.degraded, d.remaining) for d in decisions] == [(False, 4), (False, 3)]
     assert caplog.records == []
+
+
+def test_an_error_reply_in_a_multi_leaves_the_connection_usable(redis_client):
+    # The server refuses a command when it is queued (then EXEC answers
+    # EXECABORT: OOM, NOPERM, wrong arguments), or inside EXEC (WRONGTYPE).
+    client = get_backend("default").client  # this thread's kept connection
+    connection = client.client_id()
+    redis_client.hset("a-hash", "f", "v")
+    refused = [
+        ([("INCRBY", "k")], "wrong number of arguments for 'incrby'"),
+        ([("INCRBY", "k", 1), ("NOSUCHCOMMAND", "k")], "unknown command 'NOSUCHCOMMAND'"),
+        ([("INCRBY", "k", 1), ("INCRBY", "a-hash", 1)], "WRONGTYPE"),
+    ]
+    for commands, error in refused:
+        with pytest.raises(ResponseError, match=error):
+            client.transaction_replies(commands)
+        # Every reply was read: the same connection, in step, answers the next one.
+        assert client.client_id() == connection
+    # The INCRBY of the transaction whose other command failed inside EXEC ran.
+    assert client.transaction_replies([("INCRBY", "k", 2), ("PTTL", "k")]) == [3, -1]
+    assert get_backend("default").client is client

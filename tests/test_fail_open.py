@@ -13,6 +13,7 @@ from django.test import Client, override_settings
 
 from django_rl import get_policy
 from django_rl.algorithms import sliding_log, token_bucket
+from django_rl.backends import get_backend
 from tests.conftest import point_caches_at
 from tests.redis_server import RedisServer, caches_for, free_port
 
@@ -67,6 +68,13 @@ def test_one_warning_per_outage_and_one_line_when_back(settings, dead_port, capl
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("INFO", "Redis for rate limiting (CACHES['default']) is back.")
     ]
+
+
+def test_every_decision_redis_could_not_answer_is_counted_by_kind(settings, dead_port):
+    with override_settings(CACHES=caches_for(f"redis://127.0.0.1:{dead_port}/0")):
+        policy = get_policy("login")
+        assert [policy.hit(f"ip:{i}").degraded for i in range(5)] == [True] * 5
+        assert dict(get_backend("default").health.errors) == {"connection": 5}
 
 
 POLICIES = {

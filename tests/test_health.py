@@ -1,10 +1,13 @@
-"""One warning when an outage starts, one info line when it ends, whatever the concurrency."""
+"""One warning per outage and one line when it ends; one line per incident of an error reply."""
 
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
+import redis
+from redis.exceptions import OutOfMemoryError, ResponseError
 
 from django_rl.backends.health import Health
 
@@ -54,3 +57,34 @@ def test_callers_without_an_epoch_count_as_current(log):
     health.failed(REFUSED)
     health.succeeded()
     assert levels(log) == ["WARNING", "INFO"]
+
+
+OOM = OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
+WRONGTYPE = ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")
+
+
+def test_each_cause_of_error_replies_logs_once_per_incident(log):
+    health = Health("default")
+    health.incident_quiet = 1.0
+    for _ in range(3):
+        assert not health.answered_with_error(OOM, "oom", health.epoch)
+    health.answered_with_error(WRONGTYPE, "wrongtype", health.epoch)
+    assert levels(log) == ["WARNING", "ERROR"]
+    time.sleep(1.05)  # the OOM incident is over: a new one is logged again
+    health.answered_with_error(OOM, "oom", health.epoch)
+    assert levels(log) == ["WARNING", "ERROR", "WARNING"]
+    assert (dict(health.errors), health.down, health.outages) == (
+        {"oom": 4, "wrongtype": 1},
+        False,
+        0,
+    )
+
+
+def test_an_error_reply_ends_an_outage_the_server_answers(log):
+    health = Health("default")
+    health.failed(redis.ConnectionError("Connection refused"), health.epoch)
+    health.failed(redis.TimeoutError("Timeout reading from socket"), health.epoch)
+    assert health.answered_with_error(OOM, "oom", health.epoch)
+    assert not health.down
+    assert levels(log) == ["WARNING", "WARNING", "INFO"]
+    assert dict(health.errors) == {"connection": 1, "timeout": 1, "oom": 1}

@@ -46,7 +46,8 @@ class KeptConnectionClient(Redis):
         connection, as in :meth:`execute_command`.
 
         :raises redis.exceptions.RedisError: if Redis cannot answer, or any
-            command fails (the first error reply is raised).
+            command fails (the first error reply is raised; every reply is
+            read all the same, so the connection stays usable).
         """
         try:
             replies = self._run_transaction(commands)
@@ -66,17 +67,38 @@ class KeptConnectionClient(Redis):
         # No lock: a kept-connection client belongs to one thread.
         try:
             connection.send_packed_command(packed)
+            # +OK for MULTI, +QUEUED for each command, then EXEC's array. An
+            # error reply (a command refused when queued: OOM, NOPERM, wrong
+            # arguments; then EXECABORT for EXEC) is read like any other, so
+            # the connection is left with nothing unread and stays usable.
+            error: ResponseError | None = None
             for _ in range(len(commands) + 1):
-                connection.read_response()  # +OK for MULTI, +QUEUED for each command
-            replies: list[Any] = connection.read_response()
+                error = _read_reply(connection, error)
+            replies: list[Any] | None = None
+            try:
+                replies = connection.read_response()
+            except ResponseError as exc:
+                error = error or exc
         except BaseException:
             # Replies may be left unread on the socket: it cannot be reused as is.
             connection.disconnect()
             raise
+        if error is not None:
+            raise error  # the first, which says why (EXECABORT only says that one failed)
+        assert replies is not None
         for reply in replies:
             if isinstance(reply, ResponseError):
                 raise reply
         return replies
+
+
+def _read_reply(connection: Any, error: ResponseError | None) -> ResponseError | None:
+    """Read one reply of a transaction; return the first error reply seen so far, if any."""
+    try:
+        connection.read_response()
+    except ResponseError as exc:
+        return error or exc
+    return error
 
 
 def discard(client: Redis) -> None:

@@ -1,11 +1,27 @@
-"""Outages of Redis as one process sees them: one log line when one starts, one when it ends."""
+"""Redis trouble as one process sees it: outages, error replies, and the calls they failed.
+
+An outage logs one line when it starts and one when it ends; each cause of
+error replies logs one line per incident (see ``errors.py`` for which is
+which); every failed call is counted by kind.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import Counter
+
+from django_rl.backends.errors import REPLIES, outage_kind
 
 logger = logging.getLogger("django_rl")
+
+#: Seconds without an error reply of a cause after which its incident is
+#: over: the next such reply starts another incident, logged again. An end
+#: told by time, not by a call that succeeded: at maxmemory, reads and some
+#: scripts succeed between failed writes, and a success-ended incident would
+#: log again at every failure that follows one.
+INCIDENT_QUIET = 60.0
 
 
 class Health:
@@ -20,7 +36,13 @@ class Health:
     on a paused server that times out just after Redis resumed must not log a
     new outage. Without epochs the moments Redis dies and returns would each
     log a flurry of warning/info pairs.
+
+    An error reply of a live server (:meth:`answered_with_error`) is no
+    outage: it changes nothing here but the count and its cause's incident.
     """
+
+    #: See :data:`INCIDENT_QUIET`; tests shorten it on an instance.
+    incident_quiet = INCIDENT_QUIET
 
     def __init__(self, alias: str, address: str = "") -> None:
         self.alias = alias
@@ -30,8 +52,14 @@ class Health:
         self.down = False
         #: Outages seen so far (each logged once, with one line when it ended).
         self.outages = 0
+        #: The calls Redis could not answer, by kind (``errors.py``): every
+        #: decision, peek or reset that failed, exactly, whatever the threads.
+        self.errors: Counter[str] = Counter()
         self._epoch = 0
         self._lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        #: Kind of error reply -> when a call last met it (``time.monotonic``).
+        self._replies_seen: dict[str, float] = {}
 
     @property
     def epoch(self) -> int:
@@ -43,6 +71,7 @@ class Health:
 
         :return: whether this call started an outage.
         """
+        self._count(outage_kind(exc))
         if self.down:
             return False
         with self._lock:
@@ -76,3 +105,40 @@ class Health:
             self._epoch += 1
             logger.info("Redis for rate limiting (%s) is back.", self.name)
         return True
+
+    def answered_with_error(self, exc: Exception, kind: str, epoch: int | None = None) -> bool:
+        """Record a call, started in ``epoch``, that a live server answered with an error reply.
+
+        Counts it under ``kind`` (a name of ``errors.REPLIES``) and logs the
+        first of an incident: one line per cause, however many calls meet
+        it, until :attr:`incident_quiet` seconds pass without it. An answer
+        is no outage: it ends one that was under way, as :meth:`succeeded`.
+
+        :return: whether this call ended an outage.
+        """
+        self._count(kind)
+        now = time.monotonic()
+        with self._lock:
+            last = self._replies_seen.get(kind)
+            self._replies_seen[kind] = now
+            if last is None or now - last > self.incident_quiet:
+                reply = REPLIES[kind]
+                logger.log(
+                    reply.level,
+                    "Redis for rate limiting (%s) %s (%s: %s); decisions it cannot answer "
+                    "follow fail_open, and each asks it again. %s. Logged once per incident: "
+                    "until %g s pass without this error.",
+                    self.name,
+                    reply.cause,
+                    type(exc).__name__,
+                    exc,
+                    reply.fix,
+                    self.incident_quiet,
+                )
+        return self.succeeded(epoch)
+
+    def _count(self, kind: str) -> None:
+        # A lock: ``+=`` on a Counter is a read and a write, and two threads
+        # failing at once would count one.
+        with self._count_lock:
+            self.errors[kind] += 1

@@ -15,6 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_rl.backends.clock import ClockUnavailable, ServerClock
 from django_rl.backends.connections import KeptConnectionClient, discard
+from django_rl.backends.errors import reply_kind
 from django_rl.backends.health import Health
 
 P = ParamSpec("P")
@@ -138,6 +139,11 @@ class RedisNode:
     def record_failure(self, exc: Exception, epoch: int | None = None) -> None:
         """Note that a call started in ``epoch`` failed; log the start of an outage once.
 
+        An error reply of a live server (OOM, NOPERM, WRONGTYPE, ...: see
+        ``errors.py``) is no outage: the connection that carried it is good
+        and kept, the next call asks again, and its cause is logged once per
+        incident. It even ends an outage under way: the server answers.
+
         After an error that says the server is gone, hung, restarting or no
         longer the primary, every connection is suspect: the pool's idle ones
         are closed, and each thread replaces its kept one on its next call, so
@@ -146,9 +152,13 @@ class RedisNode:
         (DNS, a Kubernetes Service, a proxy, Sentinel) at the new primary:
         connections opened before it still reach the demoted one, which
         answers READONLY, and would be reused forever. A connection in use by
-        another thread is left to finish its call. Errors of a healthy server
-        (an OOM or WRONGTYPE reply) leave the connections alone.
+        another thread is left to finish its call.
         """
+        kind = reply_kind(exc)
+        if kind is not None:
+            if self.health.answered_with_error(exc, kind, epoch):
+                self.replace_connections()  # an outage ended, as in record_success
+            return
         if isinstance(exc, STALE_CONNECTION_ERRORS):
             self.replace_connections()
         self.health.failed(exc, epoch)

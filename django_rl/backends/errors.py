@@ -1,0 +1,136 @@
+"""What a Redis error means for a decision: an outage, or an error reply of a live server.
+
+An **outage** is a server that does not answer (refused, reset, timed out),
+or answers that it cannot serve anything now (``LOADING``, ``BUSY``, a
+replica's ``READONLY``, ``CLUSTERDOWN``, ``TRYAGAIN``, ``MASTERDOWN``): the
+connections may be stale, and one warning covers it until Redis answers.
+
+An **error reply** (``OOM``, ``NOPERM``, an unknown command, wrong
+arguments, ``WRONGTYPE``, a script error, ...) comes from a live server over
+a good connection. It means Redis cannot answer *that* decision; the next one
+asks again on the same connection, and each cause is logged once per
+incident (see :class:`~django_rl.backends.health.Health`).
+
+Every error has a **kind**, a short stable name under which the failed calls
+are counted (``Health.errors``): outages are ``connection``, ``timeout``,
+``loading``, ``busy``, ``readonly``, ``cluster_down`` or ``other_outage``; error
+replies are the names of :data:`REPLIES`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+from redis.exceptions import (
+    AskError,
+    BusyLoadingError,
+    ClusterDownError,
+    NoPermissionError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+
+class Reply(NamedTuple):
+    """A cause of error replies: how loud its log line is, and what to do about it."""
+
+    level: int
+    #: What happened, in a few words (the line adds the server's message).
+    cause: str
+    #: What fixes it.
+    fix: str
+
+
+#: The causes of error replies, by kind. OOM is a WARNING (memory may free on
+#: its own, as keys expire); the others need someone to change something.
+REPLIES: dict[str, Reply] = {
+    "oom": Reply(
+        logging.WARNING,
+        "is out of memory",
+        "Raise its maxmemory or free memory",
+    ),
+    "noperm": Reply(
+        logging.ERROR,
+        "refuses a command to this connection's ACL user",
+        "Grant the user the commands and keys django_rl uses "
+        "(docs/reliability.md, 'Error replies')",
+    ),
+    "unknown_command": Reply(
+        logging.ERROR,
+        "does not know a command django_rl sends (renamed, disabled, or an older Redis)",
+        "Enable the command (rename-command, or a managed Redis' disabled commands), "
+        "or upgrade Redis",
+    ),
+    "wrong_arguments": Reply(
+        logging.ERROR,
+        "rejects the arguments of a command django_rl sends (an older Redis?)",
+        "Upgrade Redis to a version that knows the command's options",
+    ),
+    "wrongtype": Reply(
+        logging.ERROR,
+        "holds a value of another type in a key django_rl uses",
+        "Give django_rl a KEY_PREFIX no other program writes under, or delete those keys",
+    ),
+    "script": Reply(
+        logging.ERROR,
+        "fails to run a django_rl Lua script",
+        "Check that scripting is enabled, and report the message as a bug of django_rl",
+    ),
+    "other_reply": Reply(
+        logging.ERROR,
+        "answers a command with an error",
+        "Act on the server's message",
+    ),
+}
+
+#: Replies that say the server cannot serve anything now: outages, not error
+#: replies. (A redirect, ``MOVED`` or ``ASK``, is neither: the cluster backend
+#: follows it.)
+_OUTAGE_REPLIES = (ReadOnlyError, ClusterDownError, TryAgainError, AskError)
+
+
+def reply_kind(exc: BaseException) -> str | None:
+    """Return the kind of an error reply of a live server, or ``None`` if ``exc`` is an outage."""
+    if not isinstance(exc, ResponseError) or isinstance(exc, _OUTAGE_REPLIES):
+        return None
+    if isinstance(exc, OutOfMemoryError):
+        return "oom"
+    if isinstance(exc, NoPermissionError):
+        return "noperm"
+    message = str(exc)
+    if message.startswith("BUSY "):
+        return None  # a script runs too long: nothing is served until it ends
+    if message.startswith("WRONGTYPE"):
+        return "wrongtype"
+    lowered = message.lower()
+    # Checked before "script": a script's own call may be the one that failed.
+    if "unknown command" in lowered or "unknown redis command" in lowered:
+        return "unknown_command"
+    if "wrong number of arg" in lowered or "syntax error" in lowered:
+        return "wrong_arguments"
+    if isinstance(exc, NoScriptError) or "script" in lowered:
+        return "script"
+    return "other_reply"
+
+
+def outage_kind(exc: BaseException) -> str:
+    """Return the kind of an outage error (one :func:`reply_kind` calls ``None``)."""
+    if isinstance(exc, BusyLoadingError):  # a ConnectionError
+        return "loading"
+    if isinstance(exc, RedisConnectionError):
+        return "connection"
+    if isinstance(exc, RedisTimeoutError):
+        return "timeout"
+    if isinstance(exc, ReadOnlyError):
+        return "readonly"
+    if isinstance(exc, (ClusterDownError, TryAgainError)):
+        return "cluster_down"
+    if isinstance(exc, ResponseError) and str(exc).startswith("BUSY "):
+        return "busy"
+    return "other_outage"
