@@ -57,8 +57,8 @@ def line_of(kind: str, name: str, error: str) -> str:
     return (
         rf"Redis for rate limiting \({re.escape(name)}\) {re.escape(reply.cause)} \({error}\); "
         r"decisions it cannot answer follow fail_open, and each asks it again\. "
-        rf"{re.escape(reply.fix)}\. Logged once per incident: until 60 s pass without this "
-        r"error\."
+        rf"{re.escape(reply.fix)}\. Logged once per incident: until a call succeeds 1 s or "
+        r"more after the last such error\."
     )
 
 

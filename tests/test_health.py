@@ -65,16 +65,22 @@ WRONGTYPE = ResponseError("WRONGTYPE Operation against a key holding the wrong k
 
 def test_each_cause_of_error_replies_logs_once_per_incident(log):
     health = Health("default")
-    health.incident_quiet = 1.0
+    health.incident_quiet = 0.2
     for _ in range(3):
         assert not health.answered_with_error(OOM, "oom", health.epoch)
+        health.succeeded(health.epoch)  # a read between failed writes ends nothing
     health.answered_with_error(WRONGTYPE, "wrongtype", health.epoch)
     assert levels(log) == ["WARNING", "ERROR"]
-    time.sleep(1.05)  # the OOM incident is over: a new one is logged again
+    time.sleep(0.25)
+    health.answered_with_error(OOM, "oom", health.epoch)  # no success yet: the same incident
+    assert levels(log) == ["WARNING", "ERROR"]
+    time.sleep(0.25)
+    health.succeeded(health.epoch)  # the cause stopped: both incidents are over
     health.answered_with_error(OOM, "oom", health.epoch)
-    assert levels(log) == ["WARNING", "ERROR", "WARNING"]
+    health.answered_with_error(WRONGTYPE, "wrongtype", health.epoch)
+    assert levels(log) == ["WARNING", "ERROR", "WARNING", "ERROR"]
     assert (dict(health.errors), health.down, health.outages) == (
-        {"oom": 4, "wrongtype": 1},
+        {"oom": 5, "wrongtype": 2},
         False,
         0,
     )

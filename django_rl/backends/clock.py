@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from redis.exceptions import RedisError
+from redis.exceptions import ResponseError
 
 #: Seconds between two reads of ``TIME`` while nothing else tells the clock.
 RESYNC_INTERVAL = 30.0
@@ -24,11 +24,12 @@ class ClockUnavailable(Exception):
     """The offset is unknown and the measurement this call waited for failed."""
 
 
-class ClockError(RedisError):
+class ClockError(ResponseError):
     """No window could be found on the server's clock within a few attempts.
 
-    Only possible while the server's clock keeps jumping; the decision is
-    then one Redis could not answer (``fail_open`` decides).
+    Only possible while the server's clock keeps jumping. Like an error reply
+    of a live server (see ``backends/errors.py``), not an outage: Redis could
+    not answer this decision (``fail_open`` decides); the next one asks again.
     """
 
 

@@ -36,6 +36,8 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from django_rl.backends.clock import ClockError
+
 
 class Reply(NamedTuple):
     """A cause of error replies: how loud its log line is, and what to do about it."""
@@ -82,6 +84,11 @@ REPLIES: dict[str, Reply] = {
         "fails to run a django_rl Lua script",
         "Check that scripting is enabled, and report the message as a bug of django_rl",
     ),
+    "clock": Reply(
+        logging.WARNING,
+        "has a clock that kept jumping while a fixed-window hit looked for its window",
+        "Check the server's time synchronisation (NTP)",
+    ),
     "other_reply": Reply(
         logging.ERROR,
         "answers a command with an error",
@@ -99,6 +106,8 @@ def reply_kind(exc: BaseException) -> str | None:
     """Return the kind of an error reply of a live server, or ``None`` if ``exc`` is an outage."""
     if not isinstance(exc, ResponseError) or isinstance(exc, _OUTAGE_REPLIES):
         return None
+    if isinstance(exc, ClockError):
+        return "clock"
     if isinstance(exc, OutOfMemoryError):
         return "oom"
     if isinstance(exc, NoPermissionError):

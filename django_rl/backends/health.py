@@ -16,12 +16,14 @@ from django_rl.backends.errors import REPLIES, outage_kind
 
 logger = logging.getLogger("django_rl")
 
-#: Seconds without an error reply of a cause after which its incident is
-#: over: the next such reply starts another incident, logged again. An end
-#: told by time, not by a call that succeeded: at maxmemory, reads and some
-#: scripts succeed between failed writes, and a success-ended incident would
-#: log again at every failure that follows one.
-INCIDENT_QUIET = 60.0
+#: An incident of error replies ends at the first call that succeeds at
+#: least this many seconds after the last reply of its cause: the cause has
+#: stopped, and the next such reply starts another incident, logged again.
+#: Not at any success: at maxmemory, reads and some scripts succeed between
+#: failed writes, and each of those would end an incident that goes on.
+#: Nor by time alone: a quiet site meeting a lasting OOM once a minute would
+#: log every request.
+INCIDENT_QUIET = 1.0
 
 
 class Health:
@@ -96,8 +98,10 @@ class Health:
 
         :return: whether this call ended an outage.
         """
+        if self._replies_seen:
+            self._end_incidents()
         if not self.down:
-            return False  # the hot path: one attribute read, no lock
+            return False  # the hot path: two attribute reads, no lock
         with self._lock:
             if not self.down or (epoch is not None and epoch != self._epoch):
                 return False
@@ -111,23 +115,24 @@ class Health:
 
         Counts it under ``kind`` (a name of ``errors.REPLIES``) and logs the
         first of an incident: one line per cause, however many calls meet
-        it, until :attr:`incident_quiet` seconds pass without it. An answer
-        is no outage: it ends one that was under way, as :meth:`succeeded`.
+        it, until a call succeeds :attr:`incident_quiet` seconds or more
+        after the last one. An answer is no outage: it ends one that was
+        under way, as :meth:`succeeded`.
 
         :return: whether this call ended an outage.
         """
         self._count(kind)
         now = time.monotonic()
         with self._lock:
-            last = self._replies_seen.get(kind)
+            new = kind not in self._replies_seen
             self._replies_seen[kind] = now
-            if last is None or now - last > self.incident_quiet:
+            if new:
                 reply = REPLIES[kind]
                 logger.log(
                     reply.level,
                     "Redis for rate limiting (%s) %s (%s: %s); decisions it cannot answer "
                     "follow fail_open, and each asks it again. %s. Logged once per incident: "
-                    "until %g s pass without this error.",
+                    "until a call succeeds %g s or more after the last such error.",
                     self.name,
                     reply.cause,
                     type(exc).__name__,
@@ -136,6 +141,13 @@ class Health:
                     self.incident_quiet,
                 )
         return self.succeeded(epoch)
+
+    def _end_incidents(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for kind, last in list(self._replies_seen.items()):
+                if now - last >= self.incident_quiet:
+                    del self._replies_seen[kind]
 
     def _count(self, kind: str) -> None:
         # A lock: ``+=`` on a Counter is a read and a write, and two threads
