@@ -1,7 +1,7 @@
 """``@ratelimit`` on DRF views sees the user DRF authenticated (HTTP Basic here).
 
 The decision runs once DRF has authenticated the request, wherever the
-decorator sits: on an ``APIView`` class, through ``method_decorator`` on its
+decorator sits: on an ``APIView`` or ``ViewSet`` class, through ``method_decorator`` on its
 ``dispatch``, above or below ``@api_view``, or on an ``as_view()`` function. A
 denied request gets DRF's own 429 (``Throttled``: ``Retry-After`` and
 ``detail``), the same answer as ``PolicyThrottle``'s, and every counted
@@ -24,7 +24,14 @@ POLICIES = {
     "per_user_or_ip": {"algorithm": "sliding_log", "rate": "3/m", "key": "user_or_ip"},
     "per_ip": {"algorithm": "sliding_log", "rate": "3/m", "key": "ip"},
 }
-PLACES = ["/class/", "/method-decorated/", "/above-api-view/", "/below-api-view/", "/as-view/"]
+PLACES = [
+    "/class/",
+    "/method-decorated/",
+    "/above-api-view/",
+    "/below-api-view/",
+    "/as-view/",
+    "/viewset/",
+]
 
 
 @pytest.fixture(autouse=True)

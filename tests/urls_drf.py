@@ -18,4 +18,5 @@ urlpatterns = [
     path("below-api-view/", views.below_api_view),
     path("as-view/", ratelimit("per_user")(views.BasicApi.as_view())),
     path("plain/", views.BasicApi.as_view()),
+    path("viewset/", views.LimitedViewSet.as_view({"get": "list"})),
 ]

@@ -15,6 +15,7 @@ from rest_framework.decorators import api_view, authentication_classes
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
+from rest_framework.viewsets import ViewSet
 
 from django_rl.decorators import ratelimit
 
@@ -77,3 +78,11 @@ def above_api_view(request: Any) -> Response:
 @ratelimit("per_user")
 def below_api_view(request: Any) -> Response:
     return whoami(request)
+
+
+@ratelimit("per_user")
+class LimitedViewSet(ViewSet):
+    authentication_classes: ClassVar[list[type]] = [BasicAuthentication]
+
+    def list(self, request: Any) -> Response:
+        return whoami(request)
