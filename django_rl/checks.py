@@ -16,6 +16,7 @@ django_rl.E010  a parameter has a bad value (e.g. capacity)
 django_rl.E011  a policy's key names no identity function
 django_rl.E012  DEFAULT_POLICY names no policy
 django_rl.E013  a view names a policy that does not exist
+django_rl.E014  a view's @ratelimit cost is above the limit of a policy it names
 django_rl.E030  a policy's fail_open is not True or False
 django_rl.E040  DENY_CACHE_SIZE is not a whole number from 0 to 1,000,000
 django_rl.E041  DENY_CACHE_MAX_AGE is not a number of seconds in (0, 86400]
@@ -41,6 +42,7 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
+from django_rl.algorithms import ALGORITHMS
 from django_rl.conf import DEFAULTS, raw_settings
 from django_rl.connection_checks import connection_warnings
 from django_rl.topology_checks import topology_problems
@@ -72,9 +74,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         policies = merged["POLICIES"]
         if isinstance(policies, Mapping):
             num_proxies = merged["NUM_PROXIES"] if type(merged["NUM_PROXIES"]) is int else 0
+            limits = {}
             for name, spec in policies.items():
-                problems += policy_problems(name, spec, num_proxies=num_proxies)
-            problems += _reference_problems(merged["DEFAULT_POLICY"], policies)
+                found = policy_problems(name, spec, num_proxies=num_proxies)
+                problems += found
+                if not found:
+                    limits[name] = ALGORITHMS[spec["algorithm"]].from_spec(spec).limit
+            problems += _reference_problems(merged["DEFAULT_POLICY"], policies, limits)
         if all(p.id != "django_rl.E051" for p in problems):  # its form is right: import it
             problems += ratelimited_view_problems(merged["RATELIMITED_VIEW"])
     return [Error(p.msg, hint=p.hint, id=p.id) for p in problems] + [
@@ -115,7 +121,13 @@ def _connection_problems(alias: object) -> list[Problem]:
     ]
 
 
-def _reference_problems(default_policy: object, policies: Mapping[Any, Any]) -> list[Problem]:
+def _reference_problems(
+    default_policy: object, policies: Mapping[Any, Any], limits: Mapping[str, int]
+) -> list[Problem]:
+    """Return the problems of names and costs that refer to policies.
+
+    :param limits: the limit of each valid policy.
+    """
     known = ", ".join(repr(name) for name in sorted(policies, key=str)) or "none"
     problems = []
     if isinstance(default_policy, str) and default_policy not in policies:
@@ -126,7 +138,7 @@ def _reference_problems(default_policy: object, policies: Mapping[Any, Any]) -> 
                 f"Known policies: {known}.",
             )
         )
-    for where, name in _policies_named_by_views():
+    for where, name, cost in _policies_named_by_views():
         if name is None:
             problems.append(
                 Problem(
@@ -144,13 +156,24 @@ def _reference_problems(default_policy: object, policies: Mapping[Any, Any]) -> 
                     f"Define it in DJANGO_RL['POLICIES']. Known policies: {known}.",
                 )
             )
+        elif name in limits and cost > limits[name]:
+            problems.append(
+                Problem(
+                    "django_rl.E014",
+                    f"{where} weighs a request at cost {cost} under the rate-limit policy "
+                    f"{name!r}, whose limit is {limits[name]}: every such request is denied",
+                    f"Lower the cost to at most {limits[name]}, or raise the policy's limit.",
+                )
+            )
     return problems
 
 
-def _policies_named_by_views() -> Iterator[tuple[str, str | None]]:
-    """Yield (view, policy name) for every @ratelimit and PolicyThrottle name in the URLconf.
+def _policies_named_by_views() -> Iterator[tuple[str, str | None, int]]:
+    """Yield (view, policy name, cost) for every @ratelimit and PolicyThrottle name in the URLconf.
 
-    The name is ``None`` for a view whose ``throttle_policies`` is malformed.
+    The cost is the highest a ``@ratelimit`` of the view gives the policy (1
+    for ``PolicyThrottle``). The name is ``None`` for a view whose
+    ``throttle_policies`` is malformed.
     """
     try:
         patterns = list(_walk(get_resolver().url_patterns))
@@ -164,6 +187,13 @@ def _policies_named_by_views() -> Iterator[tuple[str, str | None]]:
         # decorated class can show its names twice.
         names = set(getattr(callback, "django_rl_policies", ()))
         names.update(getattr(view, "django_rl_policies", ()))
+        costs: dict[str, int] = {}
+        for limit in (
+            *getattr(callback, "django_rl_limits", ()),
+            *getattr(view, "django_rl_limits", ()),
+        ):
+            for name in limit.names:
+                costs[name] = max(costs.get(name, 1), limit.cost)
         where = f"view {pattern.lookup_str!r}"
         classes = getattr(view, "throttle_classes", ())
         if throttle is not None and any(
@@ -176,9 +206,9 @@ def _policies_named_by_views() -> Iterator[tuple[str, str | None]]:
             if isinstance(more, (list, tuple)) and all(isinstance(n, str) for n in more):
                 names.update(more)
             else:
-                yield where, None
+                yield where, None, 1
         for name in sorted(names):
-            yield where, name
+            yield where, name, costs.get(name, 1)
 
 
 def _walk(patterns: list[Any]) -> Iterator[URLPattern]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -15,12 +16,15 @@ from django_rl.conf import get_settings
 from django_rl.decision import Decision
 from django_rl.deny_cache import DenyCache, get_deny_cache
 from django_rl.exceptions import BackendError, UnknownPolicy
+from django_rl.headers import quota_window
 from django_rl.identities import IdentityFunction, resolve_identity
 from django_rl.keys import fingerprint, key_parts, safe_identity
 from django_rl.validation import policy_problems
 
 #: Retry-After of a request denied because Redis is down and FAIL_OPEN is False.
 DEGRADED_RETRY_AFTER = 1.0
+
+logger = logging.getLogger("django_rl")
 
 
 class Policy:
@@ -127,10 +131,22 @@ class Policy:
         return int(node.client.delete(*self.algorithm.keys(node, key)))
 
     def hit_request(self, request: Any, cost: int = 1) -> Decision | None:
-        """Identify ``request`` and hit; ``None`` when the policy does not apply to it."""
+        """Identify ``request`` and hit; ``None`` when the policy does not apply to it.
+
+        For the front doors, which must never fail a request for its weight:
+        a ``cost`` above the limit (``manage.py check`` reports it as
+        ``django_rl.E014``) is denied without asking Redis, and logged once.
+        Such a request could never be allowed; the Decision says
+        ``remaining=0`` and, as ``retry_after``, the time the policy takes to
+        grant its whole limit.
+
+        :raises ValueError: if ``cost`` is not a whole number of at least 1.
+        """
         identity = self.identify(request)
         if identity is None:
             return None
+        if type(cost) is int and cost > self.limit:
+            return self._too_heavy(cost)
         return self.hit(identity, cost)
 
     def _check_cost(self, cost: int) -> None:
@@ -150,6 +166,11 @@ class Policy:
             allowed, self.limit, remaining, retry_after_ms / 1000, reset_after_ms / 1000, self.name
         )
 
+    def _too_heavy(self, cost: int) -> Decision:
+        _log_too_heavy(self.name, cost, self.limit)
+        window = float(quota_window(self.algorithm) or 1)
+        return Decision(False, self.limit, 0, window, window, self.name)
+
     def _degraded(self) -> Decision:
         return Decision(
             allowed=self.fail_open,
@@ -160,6 +181,18 @@ class Policy:
             policy=self.name,
             degraded=True,
         )
+
+
+@functools.cache
+def _log_too_heavy(name: str, cost: int, limit: int) -> None:
+    """Log, once per process, that requests of ``cost`` under policy ``name`` are all denied."""
+    logger.error(
+        "Requests of cost %d are denied by rate-limit policy %r, whose limit is %d: "
+        "lower the cost or raise the limit (django_rl.E014).",
+        cost,
+        name,
+        limit,
+    )
 
 
 @functools.cache

@@ -70,7 +70,7 @@ class PolicyThrottle(BaseThrottle):
             if decision is not None:
                 decisions.append(decision)
         self.decisions = tuple(decisions)
-        _write_view_headers(view, record(request, decisions))
+        write_view_headers(view, record(request, decisions))
         return all(decision.allowed for decision in decisions)
 
     def wait(self) -> float | None:
@@ -89,14 +89,18 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, RateLimited):
         request, view = context.get("request"), context.get("view")
         if request is not None:
-            _write_view_headers(view, record_missing(request, exc.decisions))
+            write_view_headers(view, record_missing(request, exc.decisions))
         exc = Throttled(wait=exc.retry_after)
     return drf_exception_handler(exc, context)
 
 
-def _write_view_headers(view: Any, decisions: list[Decision]) -> None:
-    # APIView.dispatch sets view.headers to a fresh dict per request and
-    # finalize_response copies it onto the response, the error response too.
+def write_view_headers(view: Any, decisions: list[Decision]) -> None:
+    """Put the rate-limit headers of ``decisions`` in the DRF view's ``headers``.
+
+    APIView.dispatch sets ``view.headers`` to a fresh dict per request and
+    ``finalize_response`` copies it onto the response, the error response too.
+    Shared by ``PolicyThrottle`` and ``@ratelimit`` on DRF views.
+    """
     headers = getattr(view, "headers", None)
     if isinstance(headers, dict):
         write_headers(headers, decisions)
