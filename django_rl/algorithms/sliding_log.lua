@@ -44,8 +44,8 @@ local function int(x) return string.format('%d', x) end
 -- Places are kept modulo M. The units in the window (at most the limit) are
 -- far below M, so differences taken modulo M are exact; M stays below 2^52
 -- (limit <= 10^9), where Lua's doubles hold integers exactly. The place goes
--- back to 0 whenever the log is empty, so it wraps only after a million
--- windows of use without a pause.
+-- back to 0 whenever no entry is in the window, so it wraps only after a
+-- million windows of use without a pause.
 local M = 1000000
 while M < limit * 1000000 do M = M * 10 end
 
@@ -120,6 +120,9 @@ if allowed then
     end
     local member = int(M + start)
     if cost > 1 then member = member .. ':' .. int(cost) end
+    -- No live entry has this member (live places differ: they span fewer
+    -- than M units). An entry left over from before the window may: ZADD
+    -- then moves it here, which is the same as deleting it and adding this.
     redis.call('ZADD', key, int(score), member)
     used = used + cost
     entries = entries + 1
