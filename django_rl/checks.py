@@ -25,6 +25,8 @@ django_rl.E051  RATELIMITED_VIEW is not the dotted path of a sync view
 django_rl.E052  a DRF view's throttle_policies is not a list of names
 =============== ==========================================================
 
+``django_rl.W020`` warns about a ``sliding_log`` whose log can take more
+than 1 MB of Redis memory per identity (see :func:`validation.policy_warnings`).
 Warnings about the connection (``django_rl.W031``..``W033``: no socket
 timeout, retries, a pool shared with another alias) are explained in
 :mod:`django_rl.connection_checks`; problems of a Redis Cluster or Sentinel
@@ -49,6 +51,7 @@ from django_rl.topology_checks import topology_problems
 from django_rl.validation import (
     Problem,
     policy_problems,
+    policy_warnings,
     ratelimited_view_problems,
     settings_problems,
 )
@@ -80,6 +83,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 problems += found
                 if not found:
                     limits[name] = ALGORITHMS[spec["algorithm"]].from_spec(spec).limit
+                    warnings += policy_warnings(name, spec)
             problems += _reference_problems(merged["DEFAULT_POLICY"], policies, limits)
         if all(p.id != "django_rl.E051" for p in problems):  # its form is right: import it
             problems += ratelimited_view_problems(merged["RATELIMITED_VIEW"])

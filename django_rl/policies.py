@@ -10,7 +10,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.exceptions import RedisError
 
-from django_rl.algorithms import ALGORITHMS, Algorithm, Outcome
+from django_rl.algorithms import ALGORITHMS, Algorithm, Outcome, fingerprint_text
 from django_rl.backends import Backend, RedisNode, get_backend
 from django_rl.conf import get_settings
 from django_rl.decision import Decision
@@ -57,7 +57,7 @@ class Policy:
         self.key_prefix = key_prefix
         self.fail_open = fail_open
         self.denials = denials
-        self.fingerprint = fingerprint(algorithm.description)
+        self.fingerprint = fingerprint(fingerprint_text(algorithm))
         self._key_head, self._key_tail = key_parts(key_prefix, name, self.fingerprint)
 
     def __repr__(self) -> str:

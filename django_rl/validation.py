@@ -14,6 +14,7 @@ from asgiref.sync import iscoroutinefunction
 from django.utils.module_loading import import_string
 
 from django_rl.algorithms import ALGORITHMS, ALL_PARAMETERS, ParameterError
+from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.conf import DEFAULTS
 from django_rl.exceptions import ConfigurationError
 from django_rl.headers import HEADER_MODES
@@ -27,6 +28,9 @@ COMMON_KEYS = frozenset({"algorithm", "key", "fail_open"})
 MAX_DENY_CACHE_SIZE = 1_000_000
 MAX_DENY_CACHE_MAX_AGE = 86_400
 _NAME_RULE = "1 to 64 letters, digits, '.', '_' or '-'"
+#: A sliding log that can take more Redis memory than this per identity is
+#: warned about (``django_rl.W020``): 1 MB, a thousand clients take 1 GB.
+LARGE_LOG_BYTES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -258,3 +262,27 @@ def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list
             Problem("django_rl.E010", f"{where}: {exc}", f"{algorithm.name} takes {needs}.")
         )
     return problems
+
+
+def policy_warnings(name: str, spec: Mapping[str, object]) -> list[Problem]:
+    """Return what is risky, not wrong, about a policy that has no problems.
+
+    ``django_rl.W020``: a ``sliding_log`` whose log can take more than
+    :data:`LARGE_LOG_BYTES` of Redis memory per identity (a full window of
+    hits of cost 1, one entry each).
+    """
+    algorithm = ALGORITHMS[str(spec["algorithm"])].from_spec(spec)
+    if not isinstance(algorithm, SlidingLog) or algorithm.worst_case_bytes <= LARGE_LOG_BYTES:
+        return []
+    size = algorithm.worst_case_bytes
+    return [
+        Problem(
+            "django_rl.W020",
+            f"DJANGO_RL['POLICIES'][{name!r}]: a sliding_log of {algorithm.rate} keeps up to "
+            f"{algorithm.limit:,} entries per identity, about {size:,} bytes "
+            f"({size / 1_000_000:,.1f} MB) of Redis memory for each client at the limit",
+            "Use token_bucket (about 120 bytes per identity, whatever the rate) or "
+            "fixed_window, or a lower limit over a shorter period. If the memory is planned "
+            "for, add 'django_rl.W020' to SILENCED_SYSTEM_CHECKS.",
+        )
+    ]

@@ -251,3 +251,37 @@ def test_manage_py_check_fails_with_the_error(settings):
 def test_manage_py_check_passes_on_good_settings(capsys):
     call_command("check")
     assert "no issues" in capsys.readouterr().out
+
+
+def test_a_sliding_log_that_can_take_over_1_mb_per_identity_is_w020(settings):
+    from django.core.checks import Warning
+
+    found = errors(
+        settings,
+        policies(
+            big={"algorithm": "sliding_log", "rate": "100000/h"},
+            fits={"algorithm": "sliding_log", "rate": "8000/h"},
+            bucket={"algorithm": "token_bucket", "capacity": 100_000, "rate": "100000/h"},
+            window={"algorithm": "fixed_window", "rate": "100000/h"},
+        ),
+    )
+    assert found == [
+        Warning(
+            "DJANGO_RL['POLICIES']['big']: a sliding_log of 100000/h keeps up to 100,000 "
+            "entries per identity, about 12,000,000 bytes (12.0 MB) of Redis memory for each "
+            "client at the limit",
+            hint="Use token_bucket (about 120 bytes per identity, whatever the rate) or "
+            "fixed_window, or a lower limit over a shorter period. If the memory is planned "
+            "for, add 'django_rl.W020' to SILENCED_SYSTEM_CHECKS.",
+            id="django_rl.W020",
+        )
+    ]
+
+
+def test_manage_py_check_shows_w020_and_passes(settings, capsys):
+    settings.ROOT_URLCONF = "tests.urls_without_limits"
+    settings.DJANGO_RL = policies(big={"algorithm": "sliding_log", "rate": "9000/m"})
+    call_command("check")
+    captured = capsys.readouterr()
+    assert "(django_rl.W020)" in captured.err and "about 1,080,000 bytes (1.1 MB)" in captured.err
+    assert captured.err.endswith("System check identified 1 issue (0 silenced).\n")

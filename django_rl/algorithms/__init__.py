@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from django_rl.algorithms.base import Algorithm, Outcome, ParameterError, Reading
+from django_rl.algorithms.base import (
+    Algorithm,
+    Outcome,
+    ParameterError,
+    Reading,
+    fingerprint_text,
+)
 from django_rl.algorithms.fixed_window import FixedWindow
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.algorithms.token_bucket import TokenBucket
@@ -17,4 +23,12 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
 #: common keys is a typo, not a parameter of some other algorithm.
 ALL_PARAMETERS: frozenset[str] = frozenset().union(*(a.parameters for a in ALGORITHMS.values()))
 
-__all__ = ["ALGORITHMS", "ALL_PARAMETERS", "Algorithm", "Outcome", "ParameterError", "Reading"]
+__all__ = [
+    "ALGORITHMS",
+    "ALL_PARAMETERS",
+    "Algorithm",
+    "Outcome",
+    "ParameterError",
+    "Reading",
+    "fingerprint_text",
+]

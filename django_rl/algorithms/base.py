@@ -35,7 +35,7 @@ class Reading(NamedTuple):
     :ivar outcome: what a hit of cost 1 would be told now.
     :ivar used: how much of the limit is taken now: hits counted in the
         window (``fixed_window``; denied hits count too, so it can pass the
-        limit), entries in the log (``sliding_log``), tokens taken
+        limit), units of cost in the log (``sliding_log``), tokens taken
         (``token_bucket``; fractional while the bucket refills).
     :ivar detail: the state in a few words where the numbers do not say it
         all (tokens left, entries in the log, denied hits counted), or ``""``.
@@ -68,6 +68,10 @@ class Algorithm(Protocol):
     #: Whether a denied hit, of any cost, means every hit of any cost is denied
     #: with ``remaining == 0`` until its Retry-After (the deny cache relies on it).
     denial_holds_for_any_cost: ClassVar[bool]
+    #: The layout of the stored state, from 1. A new layout is part of the
+    #: keys' fingerprint (see :func:`fingerprint_text`), so state written in an
+    #: older layout is never misread: it is left to expire by its TTL.
+    state_version: ClassVar[int]
 
     @property
     def limit(self) -> int:
@@ -78,8 +82,8 @@ class Algorithm(Protocol):
     def description(self) -> str:
         """Return the algorithm and its parameters, e.g. ``fixed_window 5/m``.
 
-        A key's fingerprint is derived from it, so it must change whenever the
-        meaning of the stored state would.
+        A key's fingerprint is derived from it (and from ``state_version``),
+        so it must change whenever the meaning of the stored state would.
         """
         ...
 
@@ -109,6 +113,17 @@ class Algorithm(Protocol):
         ...
 
 
+def fingerprint_text(algorithm: Algorithm) -> str:
+    """Return what a policy's key fingerprint is made from.
+
+    The description alone for the first layout of the state (the keys it
+    always had), then the description and `` v<state_version>``.
+    """
+    if algorithm.state_version == 1:
+        return algorithm.description
+    return f"{algorithm.description} v{algorithm.state_version}"
+
+
 def read_now(algorithm: Algorithm, node: RedisNode, key: str) -> Reading:
     """Run ``algorithm.queue_peek`` in a pipeline of its own: one round trip."""
     read, replies = run_reads(node.client, lambda pipe: algorithm.queue_peek(pipe, node, key))
@@ -120,6 +135,7 @@ class RateAlgorithm:
 
     name: ClassVar[str]
     parameters: ClassVar[frozenset[str]] = frozenset({"rate"})
+    state_version: ClassVar[int] = 1
 
     def __init__(self, rate: Rate) -> None:
         self.rate = rate
@@ -142,10 +158,11 @@ class ScriptAlgorithm:
 
     The script takes the algorithm's arguments, then the cost and ``"1"`` to
     count (``"0"`` to only look: ``peek``), and replies with four integers
-    that :meth:`outcome` reads.
+    that :meth:`outcome` reads (and any more that :meth:`reading` reads).
     """
 
     script: ClassVar[LuaScript]
+    state_version: ClassVar[int] = 1
 
     def script_args(self, cost: int, commit: str) -> Sequence[int | str]:
         """Return the script's ARGV for a hit of ``cost`` (``commit`` ``"1"``) or a look."""
