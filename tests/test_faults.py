@@ -63,8 +63,12 @@ HOLD = 1.0
 #: machine was loaded (load average 9): 0.6 s. The unit tests in
 #: test_fail_open.py check the bound (one timeout, not two) more tightly.
 MARGIN = 0.8
-#: Limits must be enforced again within this long of Redis answering.
-RECOVERY = 1.0
+#: Limits must be enforced again within this long of Redis answering. Seen
+#: on a quiet machine: 0.2-0.4 s (the figures this suite prints); seen with
+#: four other test runs on the same 2 cores (load average 5): 1.07 s for the
+#: failover behind a moved address, whose recovery also waits for every
+#: thread to meet READONLY and reconnect.
+RECOVERY = 2.0
 SECTION = f"fault injection (socket timeout {FAULT_TIMEOUT:g} s, {THREADS} threads of traffic)"
 
 
