@@ -7,7 +7,9 @@ Built-ins are named in a policy's ``key``:
 
 * ``ip``: the client address (``REMOTE_ADDR``, or ``X-Forwarded-For`` when
   ``NUM_PROXIES`` says how many proxies to trust); IPv6 clients are grouped
-  by their /64 network, since one host usually owns a whole /64.
+  by their /64 network, since one host usually owns a whole /64, except
+  addresses that stand for an IPv4 client (NAT64, IPv4-mapped; see
+  :func:`_ipv6_identity`).
 * ``user``: ``user:<pk>`` for an authenticated user, else ``None``.
 * ``user_or_ip``: ``user`` when authenticated, else ``ip`` (the default).
 * ``header:<Name>``: ``<name>:<value>`` of that request header, ``None`` when
@@ -33,6 +35,12 @@ IdentityFunction = Callable[[Any], "str | None"]
 UNKNOWN_IP = "ip:unknown"
 
 _HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
+#: The first 96 bits (as ints) of the IPv6 ranges whose last 32 bits are an
+#: IPv4 address: IPv4-compatible ``::/96``, IPv4-mapped ``::ffff:0:0/96`` and
+#: the NAT64 well-known prefix ``64:ff9b::/96``.
+_EMBEDS_IPV4 = frozenset({0, 0xFFFF, int(ipaddress.IPv6Address("64:ff9b::")) >> 32})
+#: The first 48 bits of the NAT64 local-use prefix ``64:ff9b:1::/48``.
+_NAT64_LOCAL_USE = int(ipaddress.IPv6Address("64:ff9b:1::")) >> 80
 _BUILTINS = ("ip", "user", "user_or_ip")
 
 
@@ -44,7 +52,7 @@ def _normalize_address(text: str) -> str | None:
     """Return the address part of ``text`` as the identity value, or ``None``.
 
     Accepts what proxies write: bare addresses, ``[v6]:port``, ``v4:port``.
-    IPv4-mapped IPv6 becomes IPv4; other IPv6 addresses become their /64.
+    IPv6 addresses become what :func:`_ipv6_identity` says.
     """
     text = text.strip()
     try:
@@ -65,11 +73,33 @@ def _normalize_address(text: str) -> str | None:
     except ValueError:
         return None
     if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return str(address.ipv4_mapped)
-        network = ipaddress.IPv6Network((int(address) >> 64 << 64, 64))
-        return str(network.network_address)
+        return _ipv6_identity(address)
     return str(address)
+
+
+def _ipv6_identity(address: ipaddress.IPv6Address) -> str:
+    """Return the identity value of an IPv6 client: its network, or the IPv4 it stands for.
+
+    * IPv4 embedded in the last 32 bits, by a translator or the old
+      conventions: IPv4-mapped ``::ffff:0:0/96``, the NAT64 well-known prefix
+      ``64:ff9b::/96`` (RFC 6052) and the deprecated IPv4-compatible
+      ``::/96`` (but ``::`` and ``::1``, which are not IPv4 clients): the IPv4
+      address, so clients behind a translator keep a bucket each.
+    * The NAT64 local-use prefix ``64:ff9b:1::/48`` (RFC 8215): where the
+      IPv4 address sits depends on the prefix length the operator chose
+      (/48 to /96), which this cannot know; the whole address, which the
+      translator derives from one IPv4 address, so each still has its own.
+    * Any other: its /64 network, since one host usually owns a whole /64.
+
+    A zone id (``fe80::1%eth0``) is dropped in every case.
+    """
+    value = int(address)
+    high = value >> 32
+    if high in _EMBEDS_IPV4 and (high or value > 1):
+        return str(ipaddress.IPv4Address(value & 0xFFFF_FFFF))
+    if value >> 80 == _NAT64_LOCAL_USE:
+        return str(ipaddress.IPv6Address(value))
+    return str(ipaddress.IPv6Address(value >> 64 << 64))
 
 
 def client_ip(request: Any, num_proxies: int = 0) -> str:

@@ -97,17 +97,29 @@ def test_identity_functions_never_raise_and_make_safe_keys(
             assert KEY.fullmatch(key_for("rl", "p", identity, "0" * 8))
 
 
+#: IPv6 ranges whose last 32 bits are an IPv4 client's address (docs/security.md):
+#: IPv4-mapped, the NAT64 well-known prefix, and IPv4-compatible (not ``::``, ``::1``).
+EMBEDS_IPV4 = [ipaddress.ip_network(n) for n in ("::ffff:0:0/96", "64:ff9b::/96", "::/96")]
+NOT_IPV4 = {ipaddress.ip_address("::"), ipaddress.ip_address("::1")}
+#: The NAT64 local-use prefix: counted by the whole address.
+NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")
+#: Client addresses: Hypothesis favours the special ranges above, except ``::/96``.
+addresses = st.ip_addresses() | st.ip_addresses(network="::/96")
+
+
 def ip_identity(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
-    """The documented identity of a client address: IPv4 as is, IPv6 by its /64."""
+    """The documented identity of a client address: IPv4 as is, IPv6 by its /64 or its IPv4."""
     if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return f"ip:{address.ipv4_mapped}"
+        if any(address in n for n in EMBEDS_IPV4) and address not in NOT_IPV4:
+            return f"ip:{ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)}"
+        if address in NAT64_LOCAL_USE:
+            return f"ip:{address}"
         return f"ip:{ipaddress.ip_network(f'{address}/64', strict=False).network_address}"
     return f"ip:{address}"
 
 
 @PURE
-@given(remote=st.ip_addresses(), forwarded=header_value)
+@given(remote=addresses, forwarded=header_value)
 def test_x_forwarded_for_is_ignored_without_trusted_proxies(remote, forwarded):
     ip = resolve_identity("ip", num_proxies=0)
     assert ip(request(str(remote), forwarded)) == ip_identity(remote)
@@ -116,7 +128,7 @@ def test_x_forwarded_for_is_ignored_without_trusted_proxies(remote, forwarded):
 @PURE
 @given(
     forged=st.none() | header_value,
-    client=st.ip_addresses(),
+    client=addresses,
     proxies=st.lists(st.ip_addresses(), max_size=3),
     remote=st.ip_addresses(),
 )

@@ -36,6 +36,25 @@ def request(remote_addr="203.0.113.9", forwarded=None, user=None, **headers):
         ("2001:db8:1:2:ffff::1", "ip:2001:db8:1:2::"),
         ("2001:db8:1:3::1", "ip:2001:db8:1:3::"),
         ("::ffff:198.51.100.4", "ip:198.51.100.4"),
+        # IPv4 clients behind a NAT64 translator (RFC 6052's well-known
+        # prefix), or written the deprecated IPv4-compatible way: one bucket
+        # per IPv4 address, not one for them all.
+        ("64:ff9b::198.51.100.4", "ip:198.51.100.4"),
+        ("64:ff9b::c633:6405", "ip:198.51.100.5"),
+        ("64:ff9b::", "ip:0.0.0.0"),
+        ("::198.51.100.4", "ip:198.51.100.4"),
+        ("::2", "ip:0.0.0.2"),
+        ("::", "ip:::"),
+        ("::1", "ip:::"),
+        # Just outside those /96 ranges: ordinary IPv6 networks.
+        ("64:ff9b::1:c633:6404", "ip:64:ff9b::"),
+        ("::1:0:0", "ip:::"),
+        # RFC 8215's local-use prefix: the whole address, whatever the
+        # operator's prefix length (/96 and /48 here).
+        ("64:ff9b:1::198.51.100.4", "ip:64:ff9b:1::c633:6404"),
+        ("64:ff9b:1::198.51.100.5", "ip:64:ff9b:1::c633:6405"),
+        ("64:ff9b:1:c633:64:400::", "ip:64:ff9b:1:c633:64:400::"),
+        ("64:ff9b:2::1", "ip:64:ff9b:2::"),
         ("fe80::1%eth0", "ip:fe80::"),
         ("", "ip:unknown"),
         ("not-an-ip", "ip:unknown"),
@@ -73,6 +92,7 @@ def test_forged_x_forwarded_for_is_ignored_by_default():
         (3, "198.51.100.1, 10.0.0.1", "ip:198.51.100.1"),
         (1, "[2001:db8::7]:4711", "ip:2001:db8::"),
         (1, "198.51.100.1:4711", "ip:198.51.100.1"),
+        (1, "[64:ff9b::198.51.100.1]:443", "ip:198.51.100.1"),
         # malformed: fall back to REMOTE_ADDR
         (1, "garbage", "ip:203.0.113.9"),
         (1, "6.6.6.6, ", "ip:203.0.113.9"),
