@@ -35,6 +35,7 @@ IdentityFunction = Callable[[Any], "str | None"]
 UNKNOWN_IP = "ip:unknown"
 
 _HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
+_PORT = re.compile(r"[0-9]{1,5}")
 #: The first 96 bits (as ints) of the IPv6 ranges whose last 32 bits are an
 #: IPv4 address: IPv4-compatible ``::/96``, IPv4-mapped ``::ffff:0:0/96`` and
 #: the NAT64 well-known prefix ``64:ff9b::/96``.
@@ -49,9 +50,12 @@ class IdentitySpecError(ValueError):
 
 
 def _normalize_address(text: str) -> str | None:
-    """Return the address part of ``text`` as the identity value, or ``None``.
+    """Return the address in one ``X-Forwarded-For`` entry (or ``REMOTE_ADDR``), or ``None``.
 
-    Accepts what proxies write: bare addresses, ``[v6]:port``, ``v4:port``.
+    Well-formed, once surrounding spaces are trimmed: a bare IPv4 or IPv6
+    address, ``v4:port``, ``[v6]`` or ``[v6]:port``, with a port of 1 to 5
+    ASCII digits from 0 to 65535. Anything else is malformed (``None``), so
+    the caller falls back rather than count a client under text it wrote.
     IPv6 addresses become what :func:`_ipv6_identity` says.
     """
     text = text.strip()
@@ -64,17 +68,40 @@ def _normalize_address(text: str) -> str | None:
         return text
     except (OSError, ValueError):
         pass
-    if text.startswith("["):
-        text = text[1 : text.find("]")] if "]" in text else ""
-    elif text.count(":") == 1:
-        text = text.partition(":")[0]
+    host, version = _split_port(text)
     try:
-        address = ipaddress.ip_address(text)
+        address = ipaddress.ip_address(host)
     except ValueError:
         return None
+    if version and address.version != version:
+        return None  # "[1.2.3.4]": brackets are for IPv6 only
     if isinstance(address, ipaddress.IPv6Address):
         return _ipv6_identity(address)
     return str(address)
+
+
+def _split_port(text: str) -> tuple[str, int]:
+    """Return (the host part of ``text``, the IP version it must be, 0 for either).
+
+    ``"[v6]:port"`` and ``"[v6]"`` give the part in brackets (version 6),
+    ``"v4:port"`` (one colon) gives ``"v4"`` (version 4), anything else is
+    taken whole. A bad port or anything after the bracket but ``:port``
+    gives ``""``, which no address parses as.
+    """
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if bracket and (not rest or (rest[0] == ":" and _is_port(rest[1:]))):
+            return host, 6
+        return "", 6
+    host, colon, port = text.partition(":")
+    if colon and ":" not in port:  # one colon: an IPv6 address has at least two
+        return (host, 4) if _is_port(port) else ("", 4)
+    return text, 0
+
+
+def _is_port(text: str) -> bool:
+    # ASCII digits only: str.isdigit() and int() also take other scripts' digits.
+    return _PORT.fullmatch(text) is not None and int(text) <= 65_535
 
 
 def _ipv6_identity(address: ipaddress.IPv6Address) -> str:
