@@ -43,6 +43,7 @@ from django.utils.module_loading import import_string
 
 from django_rl.conf import DEFAULTS, raw_settings
 from django_rl.connection_checks import connection_warnings
+from django_rl.reprs import short_repr
 from django_rl.topology_checks import topology_problems
 from django_rl.validation import (
     Problem,
@@ -116,7 +117,7 @@ def _connection_problems(alias: object) -> list[Problem]:
 
 
 def _reference_problems(default_policy: object, policies: Mapping[Any, Any]) -> list[Problem]:
-    known = ", ".join(repr(name) for name in sorted(policies, key=str)) or "none"
+    known = ", ".join(map(short_repr, sorted(policies, key=short_repr))) or "none"
     problems = []
     if isinstance(default_policy, str) and default_policy not in policies:
         problems.append(

@@ -28,6 +28,8 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
+from django_rl.reprs import short_repr
+
 IdentityFunction = Callable[[Any], "str | None"]
 
 #: The identity of clients whose address cannot be determined. They share one
@@ -180,7 +182,7 @@ def resolve_identity(spec: object, *, num_proxies: int = 0) -> IdentityFunction:
         not import or is not callable.
     """
     if not isinstance(spec, str) or not spec:
-        raise IdentitySpecError(f"key must be a non-empty string, not {spec!r}")
+        raise IdentitySpecError(f"key must be a non-empty string, not {short_repr(spec)}")
     if spec == "ip":
         return functools.partial(client_ip, num_proxies=num_proxies)
     if spec == "user":
@@ -190,19 +192,19 @@ def resolve_identity(spec: object, *, num_proxies: int = 0) -> IdentityFunction:
     if spec.startswith("header:"):
         name = spec.removeprefix("header:")
         if not _HEADER_NAME.fullmatch(name):
-            raise IdentitySpecError(f"key {spec!r} does not name a valid header")
+            raise IdentitySpecError(f"key {short_repr(spec)} does not name a valid header")
         return functools.partial(header_identity, header=name)
     if "." not in spec:
         raise IdentitySpecError(
-            f"key {spec!r} is not one of {', '.join(_BUILTINS)}, 'header:<Name>' "
+            f"key {short_repr(spec)} is not one of {', '.join(_BUILTINS)}, 'header:<Name>' "
             "or a dotted path to a callable"
         )
     try:
         function = import_string(spec)
     except ImportError as exc:
-        raise IdentitySpecError(f"key {spec!r} could not be imported: {exc}") from exc
+        raise IdentitySpecError(f"key {short_repr(spec)} could not be imported: {exc}") from exc
     if not callable(function):
-        raise IdentitySpecError(f"key {spec!r} is not callable")
+        raise IdentitySpecError(f"key {short_repr(spec)} is not callable")
     return checked_identity(function, spec)
 
 
