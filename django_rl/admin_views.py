@@ -27,6 +27,7 @@ from django_rl.conf import get_settings
 from django_rl.exceptions import BackendError, ConfigurationError, UnknownPolicy
 from django_rl.inspection import (
     FIRST_PAGE,
+    CursorError,
     Page,
     list_counters,
     operator_identity,
@@ -140,6 +141,9 @@ def _list(form: QueryForm) -> tuple[Page | None, str, int]:
         return None, " ".join(_errors(form)), 400
     try:
         return list_counters(form.query), "", 200
+    except CursorError as exc:
+        # Checked against the servers there are only now: still the asker's error.
+        return None, str(exc), 400
     except BackendError as exc:
         return None, f"Redis could not be read: {exc}", 503
     except UnknownPolicy as exc:

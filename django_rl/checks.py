@@ -47,6 +47,7 @@ from django.utils.module_loading import import_string
 from django_rl.algorithms import ALGORITHMS
 from django_rl.conf import DEFAULTS, raw_settings
 from django_rl.connection_checks import connection_warnings
+from django_rl.reprs import short_repr
 from django_rl.topology_checks import topology_problems
 from django_rl.validation import (
     Problem,
@@ -132,7 +133,7 @@ def _reference_problems(
 
     :param limits: the limit of each valid policy.
     """
-    known = ", ".join(repr(name) for name in sorted(policies, key=str)) or "none"
+    known = ", ".join(map(short_repr, sorted(policies, key=short_repr))) or "none"
     problems = []
     if isinstance(default_policy, str) and default_policy not in policies:
         problems.append(
@@ -164,8 +165,8 @@ def _reference_problems(
             problems.append(
                 Problem(
                     "django_rl.E014",
-                    f"{where} weighs a request at cost {cost} under the rate-limit policy "
-                    f"{name!r}, whose limit is {limits[name]}: every such request is denied",
+                    f"{where} weighs a request at cost {short_repr(cost)} under the rate-limit "
+                    f"policy {name!r}, whose limit is {limits[name]}: every such request is denied",
                     f"Lower the cost to at most {limits[name]}, or raise the policy's limit.",
                 )
             )

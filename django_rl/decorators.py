@@ -36,6 +36,7 @@ from django_rl.decision import Decision
 from django_rl.exceptions import RateLimited
 from django_rl.headers import record, recorded, write_headers
 from django_rl.policies import get_policy
+from django_rl.reprs import short_repr
 from django_rl.responses import too_many_requests
 
 V = TypeVar("V", bound=Callable[..., Any])
@@ -153,12 +154,12 @@ def ratelimit(
 def _valid_cost(cost: object) -> int:
     if type(cost) is not int:  # rules out bool and float
         raise TypeError(
-            f"ratelimit(cost={cost!r}): cost must be a whole number (an int) of at least 1, "
-            f"not {type(cost).__name__}"
+            f"ratelimit(cost={short_repr(cost)}): cost must be a whole number (an int) of at "
+            f"least 1, not {type(cost).__name__}"
         )
     if cost < 1:
         raise ValueError(
-            f"ratelimit(cost={cost}): cost must be at least 1 (a request that weighs "
+            f"ratelimit(cost={short_repr(cost)}): cost must be at least 1 (a request that weighs "
             "nothing would never be limited)"
         )
     return cost
@@ -169,10 +170,11 @@ def _counted_methods(methods: object) -> frozenset[str] | None:
         return None
     if isinstance(methods, (str, bytes)) or not isinstance(methods, Iterable):
         raise TypeError(
-            f"ratelimit(methods={methods!r}): pass a list of HTTP methods, "
-            f"e.g. methods=[{methods!r}]; a string would be read letter by letter"
+            f"ratelimit(methods={short_repr(methods)}): pass a list of HTTP methods, "
+            f"e.g. methods=[{short_repr(methods)}]; a string would be read letter by letter"
             if isinstance(methods, (str, bytes))
-            else f"ratelimit(methods={methods!r}): pass a list of HTTP methods, e.g. ['POST']"
+            else f"ratelimit(methods={short_repr(methods)}): pass a list of HTTP methods, "
+            "e.g. ['POST']"
         )
     given = list(methods)
     if not given:
@@ -181,7 +183,9 @@ def _counted_methods(methods: object) -> frozenset[str] | None:
         )
     for method in given:
         if not isinstance(method, str):
-            raise TypeError(f"ratelimit(methods=...): {method!r} is not an HTTP method name")
+            raise TypeError(
+                f"ratelimit(methods=...): {short_repr(method)} is not an HTTP method name"
+            )
     counted = {method.upper() for method in given}
     unknown = sorted(counted - HTTP_METHODS)
     if unknown:

@@ -19,6 +19,7 @@ from django_rl.exceptions import BackendError, UnknownPolicy
 from django_rl.headers import quota_window
 from django_rl.identities import IdentityFunction, resolve_identity
 from django_rl.keys import fingerprint, key_parts, safe_identity
+from django_rl.reprs import short_repr
 from django_rl.validation import policy_problems
 
 #: Retry-After of a request denied because Redis is down and FAIL_OPEN is False.
@@ -153,9 +154,9 @@ class Policy:
         if type(cost) is int and 1 <= cost <= self.limit:
             return  # the usual case, in one test (``type`` rules out bool)
         if type(cost) is not int or cost < 1:
-            raise ValueError(f"cost must be a whole number of at least 1, not {cost!r}")
+            raise ValueError(f"cost must be a whole number of at least 1, not {short_repr(cost)}")
         raise ValueError(
-            f"cost {cost} is above the limit {self.limit} of policy {self.name!r}: "
+            f"cost {short_repr(cost)} is above the limit {self.limit} of policy {self.name!r}: "
             "such a hit could never be allowed"
         )
 
@@ -187,9 +188,9 @@ class Policy:
 def _log_too_heavy(name: str, cost: int, limit: int) -> None:
     """Log, once per process, that requests of ``cost`` under policy ``name`` are all denied."""
     logger.error(
-        "Requests of cost %d are denied by rate-limit policy %r, whose limit is %d: "
+        "Requests of cost %s are denied by rate-limit policy %r, whose limit is %d: "
         "lower the cost or raise the limit (django_rl.E014).",
-        cost,
+        short_repr(cost),
         name,
         limit,
     )
@@ -208,9 +209,9 @@ def get_policy(name: str) -> Policy:
     """
     settings = get_settings()
     if name not in settings.policies:
-        known = ", ".join(repr(n) for n in sorted(settings.policies)) or "none"
+        known = ", ".join(map(short_repr, sorted(settings.policies, key=short_repr))) or "none"
         raise UnknownPolicy(
-            f"No rate-limit policy named {name!r}. Known policies: {known}",
+            f"No rate-limit policy named {short_repr(name)}. Known policies: {known}",
             hint="Define it in settings.DJANGO_RL['POLICIES'].",
         )
     spec = settings.policies[name]

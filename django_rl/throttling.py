@@ -28,6 +28,7 @@ from django_rl.decision import Decision
 from django_rl.exceptions import ConfigurationError, RateLimited
 from django_rl.headers import record, record_missing, write_headers
 from django_rl.policies import get_policy
+from django_rl.reprs import short_repr
 
 
 class PolicyThrottle(BaseThrottle):
@@ -50,7 +51,7 @@ class PolicyThrottle(BaseThrottle):
         more = getattr(view, "throttle_policies", ())
         if not isinstance(more, (list, tuple)) or not all(isinstance(n, str) for n in more):
             raise ConfigurationError(
-                f"{type(view).__name__}.throttle_policies is {more!r}",
+                f"{type(view).__name__}.throttle_policies is {short_repr(more)}",
                 check_id="django_rl.E052",
                 hint="Write a list of policy names, e.g. throttle_policies = ['burst', 'daily']",
             )

@@ -21,6 +21,7 @@ from django_rl.headers import HEADER_MODES
 from django_rl.identities import IdentitySpecError, resolve_identity
 from django_rl.keys import SAFE_NAME
 from django_rl.rates import RateError
+from django_rl.reprs import short_repr
 
 #: Policy keys every algorithm accepts.
 COMMON_KEYS = frozenset({"algorithm", "key", "fail_open"})
@@ -56,12 +57,12 @@ def settings_problems(raw: object) -> list[Problem]:
             )
         ]
     problems = []
-    unknown = sorted(set(raw) - set(DEFAULTS), key=str)
+    unknown = sorted(set(raw) - set(DEFAULTS), key=short_repr)
     if unknown:
         problems.append(
             Problem(
                 "django_rl.E001",
-                f"settings.DJANGO_RL has unknown keys: {', '.join(map(repr, unknown))}",
+                f"settings.DJANGO_RL has unknown keys: {', '.join(map(short_repr, unknown))}",
                 f"Known keys are {', '.join(DEFAULTS)}. Check the spelling.",
             )
         )
@@ -91,7 +92,7 @@ def settings_problems(raw: object) -> list[Problem]:
             problems.append(
                 Problem(
                     "django_rl.E002",
-                    f"DJANGO_RL[{name!r}] is {merged[name]!r}",
+                    f"DJANGO_RL[{name!r}] is {short_repr(merged[name])}",
                     f"It must be {expected}.",
                 )
             )
@@ -99,7 +100,7 @@ def settings_problems(raw: object) -> list[Problem]:
         problems.append(
             Problem(
                 "django_rl.E050",
-                f"DJANGO_RL['HEADERS'] is {merged['HEADERS']!r}",
+                f"DJANGO_RL['HEADERS'] is {short_repr(merged['HEADERS'])}",
                 "Use 'ietf' (RateLimit-Policy and RateLimit), 'legacy' (X-RateLimit-*), "
                 "'both', or None to send no rate-limit headers.",
             )
@@ -116,7 +117,7 @@ def deny_cache_problems(merged: Mapping[str, object]) -> list[Problem]:
         problems.append(
             Problem(
                 "django_rl.E040",
-                f"DJANGO_RL['DENY_CACHE_SIZE'] is {size!r}",
+                f"DJANGO_RL['DENY_CACHE_SIZE'] is {short_repr(size)}",
                 f"It must be a whole number from 0 (no deny cache) to {MAX_DENY_CACHE_SIZE:,}: "
                 "the most denials each process remembers.",
             )
@@ -130,7 +131,7 @@ def deny_cache_problems(merged: Mapping[str, object]) -> list[Problem]:
         problems.append(
             Problem(
                 "django_rl.E041",
-                f"DJANGO_RL['DENY_CACHE_MAX_AGE'] is {age!r}",
+                f"DJANGO_RL['DENY_CACHE_MAX_AGE'] is {short_repr(age)}",
                 f"It must be a number of seconds above 0 and at most {MAX_DENY_CACHE_MAX_AGE:,}: "
                 "how long a process may answer a denial without asking Redis again.",
             )
@@ -152,23 +153,24 @@ def ratelimited_view_problems(value: object, *, resolve: bool = True) -> list[Pr
     if value is None:
         return []
     if not isinstance(value, str) or "." not in value:
-        return [Problem("django_rl.E051", f"{where} is {value!r}", hint)]
+        return [Problem("django_rl.E051", f"{where} is {short_repr(value)}", hint)]
     if not resolve:
         return []
+    shown = short_repr(value)
     try:
         view = import_string(value)
     except ImportError as exc:
-        return [Problem("django_rl.E051", f"{where} {value!r} could not be imported: {exc}", hint)]
+        return [Problem("django_rl.E051", f"{where} {shown} could not be imported: {exc}", hint)]
     if not callable(view):
-        return [Problem("django_rl.E051", f"{where} {value!r} is not callable", hint)]
+        return [Problem("django_rl.E051", f"{where} {shown} is not callable", hint)]
     if iscoroutinefunction(view):
-        return [Problem("django_rl.E051", f"{where} {value!r} is an async function", hint)]
+        return [Problem("django_rl.E051", f"{where} {shown} is an async function", hint)]
     return []
 
 
 def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list[Problem]:
     """Return what is wrong with one entry of ``DJANGO_RL["POLICIES"]``."""
-    where = f"DJANGO_RL['POLICIES'][{name!r}]"
+    where = f"DJANGO_RL['POLICIES'][{short_repr(name)}]"
     if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
         return [Problem("django_rl.E005", f"{where}: bad policy name", f"Use {_NAME_RULE}.")]
     if not isinstance(spec, Mapping):
@@ -180,13 +182,13 @@ def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list
             )
         ]
     problems = []
-    unknown = sorted(set(spec) - COMMON_KEYS - ALL_PARAMETERS, key=str)
+    unknown = sorted(set(spec) - COMMON_KEYS - ALL_PARAMETERS, key=short_repr)
     if unknown:
         known = ", ".join(sorted(COMMON_KEYS | ALL_PARAMETERS))
         problems.append(
             Problem(
                 "django_rl.E005",
-                f"{where} has unknown keys: {', '.join(map(repr, unknown))}",
+                f"{where} has unknown keys: {', '.join(map(short_repr, unknown))}",
                 f"Policy keys are {known}. Check the spelling.",
             )
         )
@@ -205,7 +207,7 @@ def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list
         problems.append(
             Problem(
                 "django_rl.E030",
-                f"{where}['fail_open'] is {spec['fail_open']!r}",
+                f"{where}['fail_open'] is {short_repr(spec['fail_open'])}",
                 "It must be True (allow when Redis cannot answer) or False (deny with 429); "
                 "leave it out to follow DJANGO_RL['FAIL_OPEN'].",
             )
@@ -218,7 +220,7 @@ def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list
                 "django_rl.E006",
                 f"{where} has "
                 + (
-                    f"an unknown algorithm {spec['algorithm']!r}"
+                    f"an unknown algorithm {short_repr(spec['algorithm'])}"
                     if "algorithm" in spec
                     else "no 'algorithm'"
                 ),

@@ -9,10 +9,14 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.test import Client, override_settings
+from django.utils.html import escape
+from hypothesis import given
+from hypothesis import strategies as st
 
 from django_rl import admin_views, get_policy
 from django_rl.keys import safe_identity
 from tests.conftest import start_of_fresh_window
+from tests.properties import WITH_REDIS
 from tests.redis_server import caches_for, free_port
 
 PAGE = "/admin/django_rl/livecounter/"
@@ -366,3 +370,69 @@ def test_the_page_polls_at_the_interval_it_states(admin_client):
     assert f'data-url="{DATA}?policy=sl"' in html
     assert f'data-interval="{admin_views.POLL_INTERVAL_MS}"' in html
     assert '<script src="/static/django_rl/live_counters.js" defer></script>' in html
+
+
+ABOVE_SCAN = "is not a listing cursor: its SCAN position is above 18446744073709551615"
+START_AGAIN = "(numbered from 0): start again from the first page"
+
+
+@pytest.mark.parametrize(
+    ("cursor", "error"),
+    [
+        # SCAN cursors are unsigned 64-bit: Redis answers "ERR invalid cursor" past that.
+        ("0:18446744073709551616", f"'0:18446744073709551616' {ABOVE_SCAN}"),
+        ("0:99999999999999999999", f"'0:99999999999999999999' {ABOVE_SCAN}"),
+        # One server here: there is no server 1.
+        ("1:0", f"the listing cursor '1:0' names server 1, but the keys are on 1 {START_AGAIN}"),
+        (
+            "9999:5",
+            f"the listing cursor '9999:5' names server 9999, but the keys are on 1 {START_AGAIN}",
+        ),
+    ],
+)
+def test_json_refuses_an_out_of_range_cursor_as_a_bad_request(admin_client, cursor, error):
+    response = admin_client.get(DATA, {"cursor": cursor})
+    assert (response.status_code, response.json()) == (400, {"error": error})
+    page = admin_client.get(PAGE, {"cursor": cursor})  # the page shows the same reason
+    assert page.status_code == 200
+    assert escape(error) in page.content.decode()
+
+
+def test_the_largest_scan_cursor_is_a_cursor(admin_client):
+    response = admin_client.get(DATA, {"cursor": f"0:{2**64 - 1}"})
+    assert response.status_code == 200
+    assert response.json()["cursor"] == f"0:{2**64 - 1}"
+
+
+#: What a browser or a script may send as each query parameter: arbitrary
+#: text, or a near miss of its form.
+QUERY_VALUES = {
+    "policy": st.text(max_size=70) | st.sampled_from(["fw", "nope", "a*"]),
+    "q": st.text(max_size=40) | st.sampled_from(["ip:", "ip:10.9.0.1", "ip:*"]),
+    "match": st.text(max_size=8) | st.sampled_from(["exact", "prefix"]),
+    "cursor": st.text(max_size=30)
+    | st.builds(
+        "{}:{}".format,
+        st.integers(0, 3),
+        st.integers(0, 2**64 - 1) | st.integers(2**64, 10**20 - 1),
+    ),
+    "size": st.text(max_size=8) | st.integers(-(10**30), 10**30).map(str),
+}
+#: One parameter (the others left out, so it alone decides), or several.
+queries = st.sampled_from(sorted(QUERY_VALUES)).flatmap(
+    lambda name: QUERY_VALUES[name].map(lambda value: {name: value})
+) | st.fixed_dictionaries({}, optional=QUERY_VALUES)
+
+
+def test_json_answers_any_query_with_the_page_or_a_bad_request(admin_client):
+    hit("fw", "ip:10.9.0.1")
+
+    @WITH_REDIS
+    @given(params=queries)
+    def ask(params):
+        response = admin_client.get(DATA, params)
+        assert response.status_code in {200, 400}, (params, response.content)
+        if response.status_code == 400:
+            assert response.json()["error"]
+
+    ask()

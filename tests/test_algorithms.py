@@ -52,6 +52,14 @@ def test_cost_above_the_limit_is_an_error(policy):
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(ValueError, match="cost must be a whole number"):
             policy.hit(ID, cost=bad)
+    # More digits than Python writes as text: still this error, not another ValueError.
+    huge = "<a whole number of about 5,001 digits>"
+    with pytest.raises(ValueError, match=f"^cost {huge} is above the limit 10 of policy 'p'"):
+        policy.hit(ID, cost=10**5000)
+    with pytest.raises(
+        ValueError, match=f"^cost must be a whole number of at least 1, not <a negative {huge[3:]}$"
+    ):
+        policy.hit(ID, cost=-(10**5000))
 
 
 def test_peek_counts_nothing(policy, redis_client):

@@ -285,3 +285,87 @@ def test_manage_py_check_shows_w020_and_passes(settings, capsys):
     captured = capsys.readouterr()
     assert "(django_rl.W020)" in captured.err and "about 1,080,000 bytes (1.1 MB)" in captured.err
     assert captured.err.endswith("System check identified 1 issue (0 silenced).\n")
+
+
+HUGE = 10**5000  # more digits than Python writes as text (4,300): repr() raises ValueError
+SHOWN = "<a whole number of about 5,001 digits>"
+
+
+@pytest.mark.parametrize(
+    ("rl", "expected"),
+    [
+        pytest.param(
+            policies(p={"algorithm": "fixed_window", "rate": "1" * 5000 + "/m"}),
+            (
+                "django_rl.E007",
+                f"DJANGO_RL['POLICIES']['p']: rate '{'1' * 27}...{'1' * 26}/m' "
+                "must allow between 1 and 1,000,000,000 hits",
+            ),
+            id="rate",
+        ),
+        pytest.param(
+            policies(p={"algorithm": "token_bucket", "rate": "1/s", "capacity": HUGE}),
+            (
+                "django_rl.E010",
+                f"DJANGO_RL['POLICIES']['p']: capacity must be between 1 and 1,000,000,000, "
+                f"not {SHOWN}",
+            ),
+            id="capacity",
+        ),
+        pytest.param(
+            policies(p={**GOOD, "fail_open": -HUGE}),
+            (
+                "django_rl.E030",
+                "DJANGO_RL['POLICIES']['p']['fail_open'] is "
+                "<a negative whole number of about 5,001 digits>",
+            ),
+            id="fail_open",
+        ),
+        pytest.param(
+            policies(p={**GOOD, "key": [HUGE]}),
+            (
+                "django_rl.E011",
+                f"DJANGO_RL['POLICIES']['p']: key must be a non-empty string, not [{SHOWN}]",
+            ),
+            id="key",
+        ),
+        pytest.param(
+            {"POLICIES": {HUGE: GOOD}},
+            ("django_rl.E005", f"DJANGO_RL['POLICIES'][{SHOWN}]: bad policy name"),
+            id="policy name",
+        ),
+        pytest.param(
+            {"NUM_PROXIES": HUGE},
+            ("django_rl.E002", f"DJANGO_RL['NUM_PROXIES'] is {SHOWN}"),
+            id="NUM_PROXIES",
+        ),
+        pytest.param(
+            {"DENY_CACHE_SIZE": HUGE},
+            ("django_rl.E040", f"DJANGO_RL['DENY_CACHE_SIZE'] is {SHOWN}"),
+            id="DENY_CACHE_SIZE",
+        ),
+        pytest.param(
+            {"DENY_CACHE_MAX_AGE": HUGE},
+            ("django_rl.E041", f"DJANGO_RL['DENY_CACHE_MAX_AGE'] is {SHOWN}"),
+            id="DENY_CACHE_MAX_AGE",
+        ),
+        pytest.param(
+            {HUGE: 1},
+            ("django_rl.E001", f"settings.DJANGO_RL has unknown keys: {SHOWN}"),
+            id="unknown key",
+        ),
+    ],
+)
+def test_absurd_numbers_are_check_errors_with_short_messages(settings, rl, expected):
+    assert [(e.id, e.msg) for e in errors(settings, rl)] == [expected]
+
+
+def test_manage_py_check_reports_a_rate_of_thousands_of_digits(settings):
+    settings.ROOT_URLCONF = "tests.urls_without_limits"
+    settings.DJANGO_RL = policies(p={"algorithm": "fixed_window", "rate": "9" * 5000 + "/m"})
+    with pytest.raises(SystemCheckError) as info:
+        call_command("check")
+    assert [line for line in str(info.value).splitlines() if "django_rl" in line] == [
+        f"?: (django_rl.E007) DJANGO_RL['POLICIES']['p']: rate '{'9' * 27}...{'9' * 26}/m' "
+        "must allow between 1 and 1,000,000,000 hits"
+    ]

@@ -65,6 +65,16 @@ def test_policies_shows_an_invalid_policy_and_goes_on(settings):
     assert lines[3].startswith("ok      fixed_window     10  10/h")
 
 
+def test_policies_shows_a_rate_of_thousands_of_digits_as_invalid(settings):
+    settings.DJANGO_RL = {
+        "POLICIES": {"bad": {"algorithm": "fixed_window", "rate": "9" * 5000 + "/m"}}
+    }
+    lines = ratelimit("policies").splitlines()
+    assert lines[2].startswith("bad     invalid")
+    assert f"rate '{'9' * 27}...{'9' * 26}/m' must allow between 1 and 1,000,000,000" in lines[2]
+    assert len(lines[2]) < 300
+
+
 def test_policies_without_any(settings):
     settings.DJANGO_RL = {}
     assert ratelimit("policies").splitlines()[1] == (

@@ -141,3 +141,11 @@ def test_head_counts_where_get_does(redis_client):
     assert urls_costs.RUNS["get_only"] == 2
     # Other methods still pass untouched.
     assert client.post("/get-only/").status_code == 200
+
+
+def test_numbers_of_thousands_of_digits_get_short_messages():
+    # repr() of an int above 4,300 digits raises; the messages must not.
+    with pytest.raises(ValueError, match=r"^ratelimit\(cost=<a negative whole number of about"):
+        ratelimit("login", cost=-(10**5000))
+    with pytest.raises(TypeError, match=r"<a whole number of about 5,001 digits> is not an HTTP"):
+        ratelimit("login", methods=[10**5000])

@@ -97,17 +97,53 @@ def test_identity_functions_never_raise_and_make_safe_keys(
             assert KEY.fullmatch(key_for("rl", "p", identity, "0" * 8))
 
 
+#: IPv6 ranges whose last 32 bits are an IPv4 client's address (docs/security.md):
+#: IPv4-mapped, the NAT64 well-known prefix, and IPv4-compatible (not ``::``, ``::1``).
+EMBEDS_IPV4 = [ipaddress.ip_network(n) for n in ("::ffff:0:0/96", "64:ff9b::/96", "::/96")]
+NOT_IPV4 = {ipaddress.ip_address("::"), ipaddress.ip_address("::1")}
+#: The NAT64 local-use prefix: counted by the whole address.
+NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")
+#: Client addresses: Hypothesis favours the special ranges above, except ``::/96``.
+addresses = st.ip_addresses() | st.ip_addresses(network="::/96")
+
+
 def ip_identity(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
-    """The documented identity of a client address: IPv4 as is, IPv6 by its /64."""
+    """The documented identity of a client address: IPv4 as is, IPv6 by its /64 or its IPv4."""
     if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return f"ip:{address.ipv4_mapped}"
+        if any(address in n for n in EMBEDS_IPV4) and address not in NOT_IPV4:
+            return f"ip:{ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)}"
+        if address in NAT64_LOCAL_USE:
+            return f"ip:{address}"
         return f"ip:{ipaddress.ip_network(f'{address}/64', strict=False).network_address}"
     return f"ip:{address}"
 
 
+#: The documented forms of an X-Forwarded-For entry, once trimmed, written apart from
+#: the parser: [v6] or [v6]:port, v4:port, or a bare address; ports 0-65535 in ASCII.
+ENTRY_FORMS = [
+    (re.compile(r"\[(?P<host>[^\]]*)\](?::(?P<port>[0-9]{1,5}))?"), 6),
+    (re.compile(r"(?P<host>[^:]*):(?P<port>[0-9]{1,5})"), 4),
+    (re.compile(r"(?P<host>.*)(?P<port>)", re.DOTALL), None),
+]
+
+
+def entry_address(entry: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address a well-formed entry names; ``None`` for a malformed one."""
+    for form, version in ENTRY_FORMS:
+        match = form.fullmatch(entry.strip())
+        if match is None or (match["port"] and int(match["port"]) > 65535):
+            continue
+        try:
+            address = ipaddress.ip_address(match["host"])
+        except ValueError:
+            continue
+        if version in (None, address.version):
+            return address
+    return None
+
+
 @PURE
-@given(remote=st.ip_addresses(), forwarded=header_value)
+@given(remote=addresses, forwarded=header_value)
 def test_x_forwarded_for_is_ignored_without_trusted_proxies(remote, forwarded):
     ip = resolve_identity("ip", num_proxies=0)
     assert ip(request(str(remote), forwarded)) == ip_identity(remote)
@@ -116,7 +152,7 @@ def test_x_forwarded_for_is_ignored_without_trusted_proxies(remote, forwarded):
 @PURE
 @given(
     forged=st.none() | header_value,
-    client=st.ip_addresses(),
+    client=addresses,
     proxies=st.lists(st.ip_addresses(), max_size=3),
     remote=st.ip_addresses(),
 )
@@ -131,26 +167,58 @@ def test_with_n_trusted_proxies_only_the_address_the_first_one_saw_counts(
     assert ip(request(str(remote), forwarded)) == ip_identity(client)
 
 
+#: A port that is not one: out of range, not ASCII digits, or with more after it.
+bad_port = st.one_of(
+    st.integers(65_536, 10**7).map(str),
+    st.text(max_size=8),
+    st.integers(0, 65_535).map(lambda port: f"{port}x"),
+)
+#: Entries that come close to a documented form and miss it.
+near_miss = st.one_of(
+    st.builds("{}:{}".format, st.ip_addresses(v=4), bad_port),
+    st.builds("[{}]:{}".format, st.ip_addresses(v=6), bad_port),
+    st.builds("[{}]{}".format, st.ip_addresses(v=6), st.text(max_size=8)),
+    st.builds("[{}]{}".format, st.ip_addresses(v=4), st.sampled_from(["", ":80"])),
+)
+
+
 @PURE
 @given(
     forged=header_value,
-    malformed=header_value.filter(lambda v: "," not in v),
+    malformed=(header_value | near_miss).filter(lambda v: "," not in v),
     proxies=st.lists(st.ip_addresses(), max_size=2),
     remote=st.ip_addresses(),
 )
 def test_a_malformed_address_from_the_proxies_falls_back_to_remote_addr(
     forged, malformed, proxies, remote
 ):
-    try:
-        ipaddress.ip_address(malformed.strip().strip("[]").split("%")[0])
-        assume(False)
-    except ValueError:
-        pass
-    assume(malformed.strip().count(":") != 1)  # "v4:port" is a well-formed entry
+    assume(entry_address(malformed) is None)
     hops = [malformed, *map(str, proxies)]
     ip = resolve_identity("ip", num_proxies=len(hops))
     forwarded = ", ".join([forged, *hops])
     assert ip(request(str(remote), forwarded)) == ip_identity(remote)
+
+
+@PURE
+@given(
+    client=addresses,
+    port=st.none() | st.integers(0, 65_535).flatmap(lambda p: st.sampled_from([p, f"{p:05}"])),
+    brackets=st.booleans(),
+    space=st.sampled_from(["", " ", "\t "]),
+    forged=header_value,
+    remote=st.ip_addresses(),
+)
+def test_every_documented_form_of_an_entry_counts_its_address(
+    client, port, brackets, space, forged, remote
+):
+    entry = str(client)
+    if client.version == 6 and (brackets or port is not None):
+        entry = f"[{entry}]"
+    if port is not None:
+        entry = f"{entry}:{port}"
+    assert entry_address(entry) == client  # the oracle agrees with itself
+    ip = resolve_identity("ip", num_proxies=1)
+    assert ip(request(str(remote), f"{forged},{space}{entry}{space}")) == ip_identity(client)
 
 
 def test_hostile_identities_through_redis(settings, redis_client):

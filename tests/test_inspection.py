@@ -11,6 +11,7 @@ from django_rl.inspection import (
     LIVE,
     STALE,
     UNCONFIGURED,
+    CursorError,
     Query,
     list_counters,
     operator_identity,
@@ -162,9 +163,17 @@ def test_a_narrow_pattern_stops_at_the_budget_and_says_where_to_go_on(redis_clie
 
 
 def test_bad_cursors_are_refused():
-    for bad in ("", "0", "a:1", "0:-1", "0:1:2"):
-        with pytest.raises(ValueError, match="is not a listing cursor"):
+    for bad in ("", "0", "a:1", "0:-1", "0:1:2", f"0:{2**64}"):
+        with pytest.raises(CursorError, match="is not a listing cursor"):
             Query(cursor=bad)
+    assert Query(cursor=f"0:{2**64 - 1}").cursor == "0:18446744073709551615"
+
+
+def test_a_cursor_past_the_last_server_is_refused(redis_client):
+    with pytest.raises(
+        CursorError, match=r"^the listing cursor '1:0' names server 1, but the keys are on 1 "
+    ):
+        scan_keys([redis_client], "rl:*", "1:0", want=10)
 
 
 # Rows

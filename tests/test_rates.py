@@ -15,6 +15,7 @@ from django_rl.rates import Rate, RateError, parse_rate
         ("100/10m", 100, 600_000, "100/10m"),
         ("1/60s", 1, 60_000, "1/m"),
         ("7/1h", 7, 3_600_000, "7/h"),
+        ("1000000000/31622400s", 1_000_000_000, 31_622_400_000, "1000000000/366d"),
     ],
 )
 def test_valid_rates(text, limit, period_ms, normalized):
@@ -41,6 +42,8 @@ def test_valid_rates(text, limit, period_ms, normalized):
         ("5000000000/m", "must allow between 1 and"),
         ("5/0s", "must have a period between 1s and 366d"),
         ("5/367d", "must have a period between 1s and 366d"),
+        ("1000000001/m", "must allow between 1 and 1,000,000,000 hits"),
+        ("5/31622401s", "must have a period between 1s and 366d"),
         (5, "rate must be a string"),
         (None, "rate must be a string"),
     ],
@@ -48,3 +51,42 @@ def test_valid_rates(text, limit, period_ms, normalized):
 def test_invalid_rates(text, message):
     with pytest.raises(RateError, match=message.replace("(", r"\(")):
         parse_rate(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            "9" * 5000 + "/m",
+            f"rate '{'9' * 27}...{'9' * 26}/m' must allow between 1 and 1,000,000,000 hits",
+            id="count",
+        ),
+        pytest.param(
+            "5/" + "9" * 5000 + "s",
+            f"rate '5/{'9' * 25}...{'9' * 27}s' must have a period between 1s and 366d",
+            id="multiplier",
+        ),
+        pytest.param(
+            10**5000,
+            "rate must be a string such as '5/m', not <a whole number of about 5,001 digits>",
+            id="int",
+        ),
+        pytest.param(
+            "5/" + "x" * 5000,
+            f"rate '5/{'x' * 25}...{'x' * 28}' has an unknown period unit "
+            f"'{'x' * 27}...{'x' * 28}'; use s, m, h or d (optionally with a multiplier, "
+            "e.g. '100/10m')",
+            id="unit",
+        ),
+    ],
+)
+def test_rates_of_thousands_of_characters_are_refused_in_a_short_message(text, message):
+    # More digits than Python turns into an int (4,300) are out of range, not
+    # a ValueError; the message quotes the rate's start and end only.
+    with pytest.raises(RateError) as info:
+        parse_rate(text)
+    assert str(info.value) == message
+
+
+def test_leading_zeros_are_no_digits():
+    assert parse_rate("0" * 5000 + "5/" + "0" * 5000 + "1m") == Rate(limit=5, period_ms=60_000)

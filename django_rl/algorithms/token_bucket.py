@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from django_rl.algorithms.base import Outcome, ParameterError, Reading, ScriptAlgorithm
 from django_rl.backends import LuaScript
 from django_rl.rates import MAX_COUNT, Rate, parse_rate
+from django_rl.reprs import short_repr
 
 SCRIPT = LuaScript.from_package(__package__, "token_bucket.lua")
 
@@ -30,9 +31,11 @@ class TokenBucket(ScriptAlgorithm):
 
     def __init__(self, capacity: int, rate: Rate) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int):
-            raise ParameterError(f"capacity must be a whole number, not {capacity!r}")
+            raise ParameterError(f"capacity must be a whole number, not {short_repr(capacity)}")
         if not 1 <= capacity <= MAX_COUNT:
-            raise ParameterError(f"capacity must be between 1 and {MAX_COUNT:,}, not {capacity}")
+            raise ParameterError(
+                f"capacity must be between 1 and {MAX_COUNT:,}, not {short_repr(capacity)}"
+            )
         if capacity * rate.period_ms > MAX_UNITS:
             raise ParameterError(
                 f"capacity {capacity} with a refill period of {rate.period:g}s is too large "

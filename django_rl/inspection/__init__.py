@@ -11,6 +11,7 @@ from __future__ import annotations
 from django_rl.inspection.keyspace import (
     FIRST_PAGE,
     SCAN_BUDGET,
+    CursorError,
     ParsedKey,
     operator_identity,
     parse_key,
@@ -34,6 +35,7 @@ __all__ = [
     "SCAN_BUDGET",
     "STALE",
     "UNCONFIGURED",
+    "CursorError",
     "Page",
     "ParsedKey",
     "Query",

@@ -26,6 +26,9 @@ SCAN_BUDGET = 20_000
 MAX_SCAN_COUNT = 5_000
 #: Where a listing starts: the first server, SCAN cursor 0.
 FIRST_PAGE = "0:0"
+#: The largest cursor SCAN takes (an unsigned 64-bit number); Redis answers
+#: "ERR invalid cursor" to any above it.
+MAX_SCAN_POSITION = 2**64 - 1
 
 _CURSOR = re.compile(r"(?P<target>[0-9]{1,4}):(?P<position>[0-9]{1,20})")
 #: What may follow ``{prefix}:`` in a key of this app (see keys.key_for).
@@ -35,6 +38,13 @@ _KEY_TAIL = re.compile(
 )
 #: Characters an identity in a key can contain; none is special in a glob.
 _IDENTITY_CHARACTERS = re.compile(r"[A-Za-z0-9.:_@~-]{0,100}")
+
+
+class CursorError(ValueError):
+    """A listing cursor that is not one, or names a server the keyspace does not have.
+
+    A bad request, not a failure to read Redis: the message says what to do.
+    """
 
 
 @dataclass(frozen=True)
@@ -140,12 +150,18 @@ class ScanStep:
 def parse_cursor(cursor: str) -> tuple[int, int]:
     """Return (server index, SCAN cursor) of a listing cursor such as ``"0:1234"``.
 
-    :raises ValueError: if it is not one.
+    :raises CursorError: if it is not one (a SCAN cursor above
+        :data:`MAX_SCAN_POSITION` included).
     """
     match = _CURSOR.fullmatch(cursor)
     if match is None:
-        raise ValueError(f"{cursor!r} is not a listing cursor")
-    return int(match["target"]), int(match["position"])
+        raise CursorError(f"{cursor!r} is not a listing cursor")
+    position = int(match["position"])
+    if position > MAX_SCAN_POSITION:
+        raise CursorError(
+            f"{cursor!r} is not a listing cursor: its SCAN position is above {MAX_SCAN_POSITION}"
+        )
+    return int(match["target"]), position
 
 
 def scan_keys(
@@ -157,8 +173,16 @@ def scan_keys(
     filter on a big keyspace), so a page takes few round trips either way.
     A page can hold more than ``want`` keys: the last SCAN call's keys are
     all kept, since a cursor cannot stop half way through a call.
+
+    :raises CursorError: if ``cursor`` is not one, or names a server beyond
+        ``targets`` (a cursor from before a cluster lost a primary, or made up).
     """
     index, position = parse_cursor(cursor)
+    if index >= len(targets):
+        raise CursorError(
+            f"the listing cursor {cursor!r} names server {index}, but the keys are on "
+            f"{len(targets)} (numbered from 0): start again from the first page"
+        )
     found: dict[str, None] = {}  # SCAN may return a key twice; keep the order
     examined = 0
     count = max(1, min(want, budget))

@@ -91,6 +91,7 @@ def list_counters(query: Query) -> Page:
     :raises BackendError: if Redis cannot answer.
     :raises ConfigurationError: if the settings are invalid, or an exact
         search names a policy that is not configured.
+    :raises CursorError: if the cursor names a server there is not.
     """
     settings = get_settings()
     backend = get_backend(settings.connection)
