@@ -120,19 +120,22 @@ class FixedWindow(RateAlgorithm):
         return read_now(self, node, key).outcome
 
     def queue_peek(self, pipe: Pipeline, node: RedisNode, key: str) -> ReadReplies:
-        # The clock's estimate is a lower bound: the server may already be in
-        # the next window. Read both; the current one is the first that
-        # exists and has begun (its PTTL is at most the period).
-        window = self._window(node)
-        for candidate in (window, window + 1):
+        # The server's time is known within bounds (ServerClock): when they
+        # straddle an edge, the server may be in either window. Read both;
+        # the current one is the first that exists and has begun (its PTTL
+        # is at most the period). Almost always the bounds are within one
+        # window, and one is read.
+        period = self.rate.period_ms
+        low, high = node.now_range_ms()
+        windows = range(low // period, min(high // period, low // period + 1) + 1)
+        for candidate in windows:
             pipe.get(f"{key}:{candidate}")
             pipe.pttl(f"{key}:{candidate}")
         limit = self.rate.limit
-        period = self.rate.period_ms
 
         def read(replies: Iterator[Any]) -> Reading:
             count, ttl_ms = 0, 0
-            for _ in range(2):
+            for _ in windows:
                 value, ttl = next(replies), next(replies)
                 if value is not None and 0 <= ttl <= period and not count:
                     count, ttl_ms = int(value), ttl
