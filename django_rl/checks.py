@@ -47,7 +47,7 @@ from django.utils.module_loading import import_string
 from django_rl.algorithms import ALGORITHMS
 from django_rl.conf import DEFAULTS, raw_settings
 from django_rl.connection_checks import connection_warnings
-from django_rl.inline import InlineSpec
+from django_rl.inline import url_specs
 from django_rl.plans import is_rate_function
 from django_rl.policies import registered_policies
 from django_rl.topology_checks import topology_problems
@@ -113,8 +113,8 @@ def _inline_problems(num_proxies: int) -> tuple[list[Problem], list[Problem]]:
     """
     problems: list[Problem] = []
     warnings: list[Problem] = []
-    for spec, views in _inline_specs_of_views().items():
-        where = f"@ratelimit(rate={spec.rate_text!r}) of {', '.join(views)}"
+    for spec, views in url_specs().items():
+        where = f"@ratelimit(rate={spec.rate_text!r}) of view {', '.join(map(repr, views))}"
         found = policy_problems(
             spec.name, spec.policy_spec(), num_proxies=num_proxies, where=where, inline=True
         )
@@ -122,27 +122,6 @@ def _inline_problems(num_proxies: int) -> tuple[list[Problem], list[Problem]]:
         if not found:
             warnings += policy_warnings(spec.name, spec.policy_spec(), where=where)
     return problems, warnings
-
-
-def _inline_specs_of_views() -> dict[InlineSpec, list[str]]:
-    """Return the inline specs of the URLconf's views, each with the views that use it."""
-    try:
-        patterns = list(_walk(get_resolver().url_patterns))
-    except Exception:
-        return {}
-    found: dict[InlineSpec, list[str]] = {}
-    for pattern in patterns:
-        callback = pattern.callback
-        view = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
-        for limit in (
-            *getattr(callback, "django_rl_limits", ()),
-            *getattr(view, "django_rl_limits", ()),
-        ):
-            spec = getattr(limit, "inline", None)
-            where = f"view {pattern.lookup_str!r}"
-            if spec is not None and where not in found.setdefault(spec, []):
-                found[spec].append(where)
-    return found
 
 
 def _connection_problems(alias: object) -> list[Problem]:

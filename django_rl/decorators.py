@@ -132,10 +132,10 @@ def ratelimit(
     def decorator(view: V) -> V:
         spec = None
         if rate is not None:
-            where = inline.view_name(view)
-            spec = inline.InlineSpec(group or where, str(algorithm), rate, key)
-            if not _stands_in(view):
-                inline.declare(spec, where)
+            # method_decorator's stand-in gets a group of its own; url_specs()
+            # gives it the view class's name, as each request's decoration does.
+            group_of_view = group or inline.view_name(view)
+            spec = inline.InlineSpec(group_of_view, str(algorithm), rate, key)
         limit = Limit(tuple(policies), cost, counted, spec, block)
         drf = _drf()
         if isinstance(view, type):
@@ -165,18 +165,6 @@ def ratelimit(
         return cast(V, wrapper)
 
     return decorator
-
-
-def _stands_in(view: object) -> bool:
-    """Return whether ``view`` is the stand-in ``method_decorator`` decorates once per class.
-
-    It copies the attributes a decorator sets from it; the real decoration
-    happens on every request, with the view instance's method, whose class
-    names the inline policy. The stand-in's name is no view's.
-    """
-    return getattr(view, "__module__", None) == "django.utils.decorators" and (
-        getattr(view, "__name__", None) == "dummy"
-    )
 
 
 def _inline_cost(rate: object, cost: int) -> None:

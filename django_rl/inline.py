@@ -1,9 +1,9 @@
 """Inline policies: the policies ``@ratelimit(rate=...)`` makes, and the record of them.
 
 An inline policy is a policy like any other once built (``policies.inline_policy``);
-this module only knows its spec and name, and keeps every spec a decorator
-declared, at import time, so that ``manage.py check``, ``manage.py ratelimit
-policies`` and the admin's live counters see them.
+this module only knows its spec and name, and finds the specs of the
+URLconf's views (:func:`url_specs`), so that ``manage.py check``,
+``manage.py ratelimit policies`` and the admin's live counters see them.
 
 **Names.** An inline policy's name is ``@`` and its ``group`` (by default the
 view's dotted name): ``@login``. A group that is not 1 to 63 of
@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django_rl.algorithms import ALGORITHMS
@@ -146,46 +145,68 @@ def judge(*, rate: object, key: object, algorithm: object, group: object) -> Non
         ) from exc
 
 
-_specs: dict[InlineSpec, tuple[str, ...]] = {}
-_lock = threading.Lock()
+#: What ``view_name`` calls the stand-in function ``method_decorator`` decorates
+#: once per class (the real decoration then happens on every request).
+STAND_IN = "django.utils.decorators.dummy"
 
 
-def declare(spec: InlineSpec, where: str) -> None:
-    """Record that the view ``where`` uses ``spec`` (idempotent)."""
-    with _lock:
-        users = _specs.get(spec, ())
-        if where not in users:
-            _specs[spec] = (*users, where)
+def url_specs() -> dict[InlineSpec, list[str]]:
+    """Return the inline specs of the URLconf's views, each with the views that use it.
 
-
-def declared() -> Mapping[InlineSpec, tuple[str, ...]]:
-    """Return every inline spec declared so far, with the views that use it.
-
-    Decorators declare at import: call :func:`load_views` first to be sure
-    the project's views are imported.
+    Inline policies are found where decisions can be made: on the views the
+    URLconf routes to (``django_rl_limits``, set by the decorator). A spec
+    that ``method_decorator`` took from its stand-in gets the group the
+    decorator gives it on each request: the view class's name. A URLconf
+    that does not import is Django's own check's to report: nothing then.
     """
-    with _lock:
-        return dict(_specs)
+    from django.urls import URLPattern, URLResolver, get_resolver
 
+    def walk(patterns: list[Any]) -> Iterator[URLPattern]:
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                yield from walk(pattern.url_patterns)
+            elif isinstance(pattern, URLPattern):
+                yield pattern
 
-def load_views() -> None:
-    """Import the URLconf (and so the views it names), if it can be; never raises."""
+    global _walked
     try:
-        from django.urls import get_resolver
+        resolver = get_resolver()
+        if _walked is not None and _walked[0] is resolver:
+            return {spec: list(users) for spec, users in _walked[1].items()}
+        patterns = list(walk(resolver.url_patterns))
+    except Exception:
+        return {}
+    found: dict[InlineSpec, list[str]] = {}
+    for pattern in patterns:
+        callback = pattern.callback
+        view = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
+        for limit in (
+            *getattr(callback, "django_rl_limits", ()),
+            *getattr(view, "django_rl_limits", ()),
+        ):
+            spec = getattr(limit, "inline", None)
+            if spec is None:
+                continue
+            if spec.group == STAND_IN and view is not None:
+                spec = replace(spec, group=view_name(view))
+            users = found.setdefault(spec, [])
+            if pattern.lookup_str not in users:
+                users.append(pattern.lookup_str)
+    # The admin asks on every poll: walk each URLconf (resolver) once.
+    _walked = (resolver, found)
+    return {spec: list(users) for spec, users in found.items()}
 
-        get_resolver().url_patterns  # noqa: B018 (imports the view modules)
-    except Exception:  # a broken URLconf is Django's own check's to report
-        pass
+
+_walked: tuple[object, dict[InlineSpec, list[str]]] | None = None
 
 
 __all__ = [
     "DEFAULT_ALGORITHM",
     "DEFAULT_KEY",
+    "STAND_IN",
     "InlineSpec",
-    "declare",
-    "declared",
     "judge",
-    "load_views",
     "policy_name",
+    "url_specs",
     "view_name",
 ]

@@ -22,7 +22,7 @@ from django_rl.conf import Settings, get_settings
 from django_rl.deny_cache import get_deny_cache
 from django_rl.exceptions import ConfigurationError, UnknownPolicy
 from django_rl.identities import checked_identity, resolve_identity
-from django_rl.inline import InlineSpec, declared, load_views, policy_name
+from django_rl.inline import InlineSpec, policy_name, url_specs
 from django_rl.plans import (
     PlanRates,
     algorithm_at,
@@ -209,9 +209,8 @@ def policies_named(name: str, *, strict: bool = True) -> list[Policy]:
             if strict:
                 raise
             return []
-    load_views()
     found = []
-    for spec in declared():
+    for spec in url_specs():
         if spec.name != name:
             continue
         try:
@@ -229,9 +228,8 @@ def policies_named(name: str, *, strict: bool = True) -> list[Policy]:
 
 def policy_names() -> list[str]:
     """Return the name of every policy: in settings, in code, then inline ones."""
-    load_views()
     named = sorted({*get_settings().policies, *registered_policies()})
-    inline = sorted({spec.name for spec in declared()} - set(named))
+    inline = sorted({spec.name for spec in url_specs()} - set(named))
     return named + inline
 
 
