@@ -110,14 +110,14 @@ def ratelimit(
     :raises ConfigurationError: for an inline rate, algorithm or key that is
         malformed (the message names it).
     """
+    if rate is None and (key, algorithm, group) != (None, None, None):
+        raise TypeError(
+            "ratelimit(): key, algorithm and group describe an inline policy: give rate="
+        )
     if (not policies and rate is None) or not all(isinstance(n, str) for n in policies):
         raise TypeError(
             "ratelimit() takes one or more policy names, e.g. @ratelimit('login'), "
             "or a rate of its own, e.g. @ratelimit(rate='5/m')"
-        )
-    if rate is None and (key, algorithm, group) != (None, None, None):
-        raise TypeError(
-            "ratelimit(): key, algorithm and group describe an inline policy: give rate="
         )
     if not isinstance(block, bool):
         raise TypeError(f"ratelimit(block={block!r}): block must be True or False")

@@ -11,9 +11,10 @@ to it):
 
 * ``django_rl_decisions``: every Decision made for it, oldest first
   (``headers.record``);
-* ``limited``: ``True`` once any policy has denied it, else ``False``. Set as
-  soon as a front door looks at the request, even when no policy applies,
-  so a view under ``@ratelimit(block=False)`` can always read it.
+* ``limited``: ``True`` once any policy has denied it, else ``False``.
+
+Both are set as soon as a front door looks at the request, even when no
+policy applies (no Decision), so a view can always read them.
 """
 
 from __future__ import annotations
@@ -91,10 +92,11 @@ def settle(request: Any, decisions: Sequence[Decision]) -> list[Decision]:
 
 
 def unlimited(request: Any) -> None:
-    """Set ``request.limited`` to ``False`` if no front door has set it (nothing counted)."""
+    """Set ``request.limited`` (``False``) and its Decisions (none) if no front door has."""
     http_request = getattr(request, "_request", request)
     if not hasattr(http_request, LIMITED):
         setattr(http_request, LIMITED, False)
+        record(http_request, ())
 
 
 @dataclass(frozen=True)

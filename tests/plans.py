@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-PLANS: dict[str, str | None] = {"free": "2/m", "pro": "4/m", "unlimited": None}
+PLANS: dict[str, str | None] = {"free": "2/h", "pro": "4/h", "unlimited": None}
 PLAN_OF: dict[str, str] = {}
 #: The rate every request of the exactness suite gets.
 EXACT_RATE = "100/h"
@@ -24,7 +24,7 @@ def rate_for_user(request: Any) -> str | None:
 
 def tiny_rate(request: Any) -> str:
     """A rate whose limit (2) is below the cost some views give a request (5)."""
-    return "2/m"
+    return "2/h"
 
 
 def from_header(request: Any) -> object:

@@ -16,6 +16,8 @@ urlpatterns = [
     path("shared-a/", views.shared_a),
     path("shared-b/", views.shared_b),
     path("shared-other-rate/", views.shared_other_rate),
+    path("shared-other-key/", views.shared_other_key),
+    path("any-group/", views.any_group),
     path("named-like-a-policy/", views.named_like_a_policy),
     path("soft/", views.soft),
     path("soft-async/", views.soft_async),

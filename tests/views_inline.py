@@ -24,65 +24,75 @@ def said(request: Any) -> JsonResponse:
     )
 
 
-@ratelimit(rate="3/m", key="ip")
+@ratelimit(rate="3/h", key="ip")
 def inline_view(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
-@ratelimit(rate="3/m", key="ip")
+@ratelimit(rate="3/h", key="ip")
 async def inline_async(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
-@ratelimit(rate="3/m", key="ip")
+@ratelimit(rate="3/h", key="ip")
 class InlineClass(View):
     def get(self, request: HttpRequest) -> HttpResponse:
         return HttpResponse("ok")
 
 
-@ratelimit(rate="3/m", key="ip")
+@ratelimit(rate="3/h", key="ip")
 class InlineAsyncClass(View):
     async def get(self, request: HttpRequest) -> HttpResponse:
         return HttpResponse("ok")
 
 
-@method_decorator(ratelimit(rate="3/m", key="ip"), name="dispatch")
+@method_decorator(ratelimit(rate="3/h", key="ip"), name="dispatch")
 class InlineMethodDecorated(View):
     def get(self, request: HttpRequest) -> HttpResponse:
         return HttpResponse("ok")
 
 
-@ratelimit(rate="3/m", key="ip", group="shared")
+@ratelimit(rate="3/h", key="ip", group="shared")
 def shared_a(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
-@ratelimit(rate="3/m", key="ip", group="shared")
+@ratelimit(rate="3/h", key="ip", group="shared")
 def shared_b(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
-@ratelimit(rate="5/m", key="ip", group="shared")
+@ratelimit(rate="5/h", key="ip", group="shared")
 def shared_other_rate(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
-@ratelimit(rate="5/m", key="ip", group="per_minute")
+@ratelimit(rate="3/h", key="user_or_ip", group="shared")
+def shared_other_key(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit(rate="2/h", key="ip", algorithm="sliding_log", group="logins, any text: é")
+def any_group(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit(rate="5/h", key="ip", group="per_minute")
 def named_like_a_policy(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
-@ratelimit(rate="2/m", key="ip", block=False)
+@ratelimit(rate="2/h", key="ip", block=False)
 def soft(request: HttpRequest) -> HttpResponse:
     return said(request)
 
 
-@ratelimit(rate="2/m", key="ip", block=False)
+@ratelimit(rate="2/h", key="ip", block=False)
 async def soft_async(request: HttpRequest) -> HttpResponse:
     return said(request)
 
 
-@ratelimit(rate="2/m", key="ip", block=False, methods=["POST"])
+@ratelimit(rate="2/h", key="ip", block=False, methods=["POST"])
 def soft_posts(request: HttpRequest) -> HttpResponse:
     return said(request)
 
@@ -115,12 +125,12 @@ class BasicApi(APIView):
         )
 
 
-@ratelimit(rate="3/m", key="user")
+@ratelimit(rate="3/h", key="user")
 class InlineApi(BasicApi):
     pass
 
 
-@ratelimit(rate="2/m", key="user", block=False)
+@ratelimit(rate="2/h", key="user", block=False)
 class SoftApi(BasicApi):
     pass
 
