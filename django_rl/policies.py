@@ -132,6 +132,13 @@ def register_policy(name: str, spec: Mapping[str, Any]) -> None:
         _registered[name] = spec
 
 
+def unregister_policy(name: str) -> None:
+    """Forget the policy ``name`` registered in code, if any (for tests, mostly)."""
+    with _registering:
+        _registered.pop(name, None)
+    get_policy.cache_clear()
+
+
 def registered_policies() -> dict[str, Mapping[str, Any]]:
     """Return the policies registered in code, by name."""
     with _registering:
@@ -257,4 +264,5 @@ __all__ = [
     "policy_names",
     "register_policy",
     "registered_policies",
+    "unregister_policy",
 ]
