@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django_rl.algorithms import ALGORITHMS
@@ -74,6 +74,14 @@ class InlineSpec:
     algorithm: str
     rate: Any
     key: Any
+    #: Every decision looks its policy up by the spec: hashed once, not per request.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.group, self.algorithm, self.rate, self.key)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def name(self) -> str:
