@@ -19,7 +19,8 @@ DRF has authenticated, or does so when the identity function reads
 
 A denied request raises DRF's ``Throttled``: the 429 with ``Retry-After`` and
 ``detail`` that ``PolicyThrottle`` gives, through the project's exception
-handler. The rate-limit headers go into the view's ``headers``, which
+handler (with ``block=False`` the view runs, ``request.limited`` set). The
+rate-limit headers go into the view's ``headers``, which
 ``finalize_response`` copies onto every response, allowed or denied.
 
 This module imports DRF; ``decorators.py`` loads it only once DRF is loaded.
