@@ -275,3 +275,29 @@ def test_the_policies_command_lists_inline_policies():
         "@tests.views_inline.InlineMethodDecorated (3/h): @ratelimit on "
         "tests.views_inline.InlineMethodDecorated" in lines
     )
+
+
+def command(*args):
+    out = io.StringIO()
+    call_command("ratelimit", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_inspect_and_reset_take_an_inline_name(redis_client):
+    get("/shared-a/", 2)
+    get("/shared-other-rate/", 1)
+    lines = command("inspect", "@shared", "ip:127.0.0.1").splitlines()
+    assert lines[:3] == [
+        "policy       @shared (a state per rate)",
+        "identity     ip:127.0.0.1",
+        "rates",
+    ]
+    rates = sorted(line.split()[:5] for line in lines[4:])
+    assert rates == [
+        ["3/h", "fixed_window", "2", "/", "3"],
+        ["5/h", "fixed_window", "1", "/", "5"],
+    ]
+    assert command("reset", "@shared", "ip:127.0.0.1") == (
+        "Reset ip:127.0.0.1 under @shared: 2 keys deleted.\n"
+    )
+    assert keys(redis_client) == []
