@@ -47,6 +47,9 @@ from django.utils.module_loading import import_string
 from django_rl.algorithms import ALGORITHMS
 from django_rl.conf import DEFAULTS, raw_settings
 from django_rl.connection_checks import connection_warnings
+from django_rl.inline import url_specs
+from django_rl.plans import is_rate_function
+from django_rl.policies import registered_policies
 from django_rl.reprs import short_repr
 from django_rl.topology_checks import topology_problems
 from django_rl.validation import (
@@ -78,19 +81,48 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         policies = merged["POLICIES"]
         if isinstance(policies, Mapping):
             num_proxies = merged["NUM_PROXIES"] if type(merged["NUM_PROXIES"]) is int else 0
+            # Policies registered in code, then those of settings (which win).
+            specs: dict[Any, tuple[Any, str | None]] = {
+                name: (spec, f"register_policy({name!r})")
+                for name, spec in registered_policies().items()
+            }
+            specs.update((name, (spec, None)) for name, spec in policies.items())
             limits = {}
-            for name, spec in policies.items():
-                found = policy_problems(name, spec, num_proxies=num_proxies)
+            for name, (spec, where) in specs.items():
+                found = policy_problems(name, spec, num_proxies=num_proxies, where=where)
                 problems += found
                 if not found:
-                    limits[name] = ALGORITHMS[spec["algorithm"]].from_spec(spec).limit
-                    warnings += policy_warnings(name, spec)
-            problems += _reference_problems(merged["DEFAULT_POLICY"], policies, limits)
+                    if not is_rate_function(spec.get("rate")):  # per-plan: known per request
+                        limits[name] = ALGORITHMS[spec["algorithm"]].from_spec(spec).limit
+                    warnings += policy_warnings(name, spec, where=where)
+            problems += _reference_problems(merged["DEFAULT_POLICY"], specs, limits)
+            inline_problems, inline_warnings = _inline_problems(num_proxies)
+            problems += inline_problems
+            warnings += inline_warnings
         if all(p.id != "django_rl.E051" for p in problems):  # its form is right: import it
             problems += ratelimited_view_problems(merged["RATELIMITED_VIEW"])
     return [Error(p.msg, hint=p.hint, id=p.id) for p in problems] + [
         Warning(w.msg, hint=w.hint, id=w.id) for w in warnings
     ]
+
+
+def _inline_problems(num_proxies: int) -> tuple[list[Problem], list[Problem]]:
+    """Return the problems and warnings of the inline policies of the URLconf's views.
+
+    What the decorator could judge alone it judged when applied; what is left
+    is what needs imports (a key or rate function's dotted path).
+    """
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
+    for spec, views in url_specs().items():
+        where = f"@ratelimit(rate={spec.rate_text!r}) of view {', '.join(map(repr, views))}"
+        found = policy_problems(
+            spec.name, spec.policy_spec(), num_proxies=num_proxies, where=where, inline=True
+        )
+        problems += found
+        if not found:
+            warnings += policy_warnings(spec.name, spec.policy_spec(), where=where)
+    return problems, warnings
 
 
 def _connection_problems(alias: object) -> list[Problem]:

@@ -32,6 +32,7 @@ ROW_FIELDS = {
     "identity",
     "status",
     "algorithm",
+    "rate",
     "limit",
     "used",
     "remaining",
@@ -183,11 +184,14 @@ def test_json_shape(admin_client):
     )
     bucket, window = data["rows"]
     assert set(bucket) == set(window) == ROW_FIELDS
-    assert {k: bucket[k] for k in ("policy", "identity", "status", "algorithm", "limit")} == {
+    assert {
+        k: bucket[k] for k in ("policy", "identity", "status", "algorithm", "rate", "limit")
+    } == {
         "policy": "tb",
         "identity": "ip:10.0.0.2",
         "status": "live",
         "algorithm": "token_bucket",
+        "rate": "10/h",
         "limit": 10,
     }
     assert (bucket["remaining"], bucket["denied"], bucket["detail"]) == (0, True, "0 tokens left")

@@ -37,7 +37,19 @@ def settings_problems(namespace: dict[str, object]) -> list[str]:
         return [f"{m.id}: {m.msg}" for m in check_settings()]
 
 
+@pytest.fixture
+def _policies_registered_in_code_are_forgotten():
+    """A doc's ``register_policy`` calls last for its test only."""
+    from django_rl.policies import registered_policies, unregister_policy
+
+    before = set(registered_policies())
+    yield
+    for name in set(registered_policies()) - before:
+        unregister_policy(name)
+
+
 @pytest.mark.parametrize("doc", DOCS)
+@pytest.mark.usefixtures("_policies_registered_in_code_are_forgotten")
 def test_examples_run(doc, redis_server):
     text = (ROOT / doc).read_text(encoding="utf-8")
     namespace: dict[str, object] = {"__name__": f"docs_example_{Path(doc).stem}"}

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from django_rl.keys import SAFE_NAME, STORED_IDENTITY, KeyIdentity
+from django_rl.keys import POLICY_NAME, STORED_IDENTITY, KeyIdentity
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -33,7 +33,7 @@ MAX_SCAN_POSITION = 2**64 - 1
 _CURSOR = re.compile(r"(?P<target>[0-9]{1,4}):(?P<position>[0-9]{1,20})")
 #: What may follow ``{prefix}:`` in a key of this app (see keys.key_for).
 _KEY_TAIL = re.compile(
-    r"(?P<policy>[A-Za-z0-9._-]{1,64}):\{(?P<identity>[A-Za-z0-9.:_@~-]{1,100})\}"
+    rf"(?P<policy>{POLICY_NAME.pattern}):\{{(?P<identity>[A-Za-z0-9.:_@~-]{{1,100}})\}}"
     r":(?P<fingerprint>[0-9a-f]{8})(?::(?P<window>[0-9]{1,20}))?"
 )
 #: Characters an identity in a key can contain; none is special in a glob.
@@ -81,6 +81,15 @@ def parse_key(prefix: str, key: str) -> ParsedKey | None:
     )
 
 
+def is_bookkeeping(prefix: str, key: str) -> bool:
+    """Return whether ``key`` is the app's own, not a counter: ``{prefix}:~...``.
+
+    Such keys (the rate catalogue of per-plan policies, ``plans.py``) are
+    neither listed nor counted as keys of another form.
+    """
+    return key.startswith(f"{prefix}:~")
+
+
 def operator_identity(text: str) -> str:
     """Return what an operator typed as an identity that ``Policy`` methods accept.
 
@@ -100,7 +109,7 @@ def check_filters(policy: str | None, identity_prefix: str) -> None:
     :raises ValueError: if ``policy`` is not a valid policy name, or
         ``identity_prefix`` has characters no identity in a key can have.
     """
-    if policy is not None and not SAFE_NAME.fullmatch(policy):
+    if policy is not None and not POLICY_NAME.fullmatch(policy):
         raise ValueError(f"{policy!r} is not a policy name")
     if not _IDENTITY_CHARACTERS.fullmatch(identity_prefix):
         raise ValueError(

@@ -8,11 +8,12 @@ from redis.exceptions import RedisError
 
 from django_rl.backends import get_backend
 from django_rl.conf import get_settings
-from django_rl.exceptions import BackendError, ConfigurationError
+from django_rl.exceptions import BackendError
 from django_rl.inspection.keyspace import (
     FIRST_PAGE,
     SCAN_BUDGET,
     check_filters,
+    is_bookkeeping,
     match_pattern,
     operator_identity,
     parse_cursor,
@@ -21,7 +22,7 @@ from django_rl.inspection.keyspace import (
     scan_targets,
 )
 from django_rl.inspection.rows import Row, lookup_rows, read_rows
-from django_rl.policies import Policy, get_policy
+from django_rl.policies import Policy, policies_named, policy_names
 
 #: Rows a page aims at, by default and at most.
 PAGE_SIZE = 50
@@ -99,8 +100,9 @@ def list_counters(query: Query) -> Page:
         targets = scan_targets(backend)
         keys_in_redis = sum(int(target.dbsize()) for target in targets)
         if query.exact:
-            names = [query.policy] if query.policy else list(settings.policies)
-            policies = configured_policies(names, strict=query.policy is not None)
+            policies = configured_policies(
+                [query.policy] if query.policy else None, strict=query.policy is not None
+            )
             rows = lookup_rows(backend, policies, operator_identity(query.identity))
             return Page(query, rows, keys_in_redis=keys_in_redis)
         pattern = match_pattern(settings.key_prefix, query.policy, query.identity)
@@ -109,42 +111,44 @@ def list_counters(query: Query) -> Page:
         rows = read_rows(backend, (p for p in parsed if p is not None))
     except RedisError as exc:
         raise BackendError(f"could not read the rate-limit counters: {exc}") from exc
+    skipped = sum(
+        1
+        for key, found in zip(step.keys, parsed, strict=True)
+        if found is None and not is_bookkeeping(settings.key_prefix, key)
+    )
     return Page(
         query,
         rows,
         next_cursor=step.next_cursor,
         examined=step.examined,
         keys_in_redis=keys_in_redis,
-        skipped=parsed.count(None),
+        skipped=skipped,
     )
 
 
 def configured_policies(names: list[str] | None = None, *, strict: bool = False) -> list[Policy]:
-    """Return the policies named (all configured ones by default) that can be built.
+    """Return the policies named (every one by default: settings, code, inline) that can be built.
 
-    A policy whose settings are invalid is left out (``manage.py check``
+    An inline name (``@group``) stands for every policy of that group. A
+    policy whose settings are invalid is left out (``manage.py check``
     reports it; it can have made no decision), unless ``strict``.
 
     :raises ConfigurationError: with ``strict``, for an unknown or invalid one.
     """
     if names is None:
-        names = list(get_settings().policies)
-    policies = []
-    for name in names:
-        try:
-            policies.append(get_policy(name))
-        except ConfigurationError:
-            if strict:
-                raise
-    return policies
+        names = policy_names()
+    return [policy for name in names for policy in policies_named(name, strict=strict)]
 
 
 def reset_everywhere(identity: str) -> dict[str, int]:
-    """Reset ``identity`` under every configured policy, through ``Policy.reset``.
+    """Reset ``identity`` under every policy, through ``Policy.reset``.
 
     ``identity`` is raw or a ``KeyIdentity`` (see ``operator_identity``).
     Return the keys deleted, per policy name.
 
     :raises BackendError: if Redis cannot answer.
     """
-    return {policy.name: policy.reset(identity) for policy in configured_policies()}
+    deleted: dict[str, int] = {}
+    for policy in configured_policies():
+        deleted[policy.name] = deleted.get(policy.name, 0) + policy.reset(identity)
+    return deleted

@@ -5,19 +5,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandParser
+from redis.exceptions import RedisError
 
 from django_rl.backends import run_reads
+from django_rl.exceptions import BackendError
 from django_rl.inspection import operator_identity
-from django_rl.inspection.rows import format_duration
+from django_rl.inspection.rows import format_duration, lookup_rows
 from django_rl.keys import safe_identity
 from django_rl.management.subcommands.output import table
-from django_rl.policies import get_policy
+from django_rl.policies import Policy, policies_named
 
 if TYPE_CHECKING:
     from redis import Redis
     from redis.client import Pipeline
 
-HELP = "Show what a hit of IDENTITY under POLICY would be told now, and its keys in Redis."
+HELP = (
+    "Show what a hit of IDENTITY under POLICY would be told now, and its keys in Redis "
+    "(for per-plan rates and inline groups: each rate's state)."
+)
 
 
 def add_arguments(parser: CommandParser) -> None:
@@ -29,10 +34,14 @@ def add_arguments(parser: CommandParser) -> None:
 
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> None:
-    policy = get_policy(options["policy"])
+    policies = policies_named(options["policy"])
     identity = operator_identity(options["identity"])
-    decision = policy.peek(identity)
     write = command.stdout.write
+    if len(policies) > 1 or policies[0].per_request:
+        _rates(command, policies, identity)
+        return
+    (policy,) = policies
+    decision = policy.peek(identity)
     write(f"policy       {policy.name} ({policy.algorithm.description})")
     write(f"identity     {safe_identity(identity)}")
     write(f"allowed      {'yes' if decision.allowed else 'no'}")
@@ -48,6 +57,36 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
         return
     write("keys")
     write(table(["  key", "type", "ttl", "value"], rows, numeric=frozenset()))
+
+
+def _rates(command: BaseCommand, policies: list[Policy], identity: str) -> None:
+    """Show each rate's state of ``identity``: per-plan rates, or an inline group's specs."""
+    write = command.stdout.write
+    name = policies[0].name
+    write(f"policy       {name} (a state per rate)")
+    write(f"identity     {safe_identity(identity)}")
+    try:
+        rows = lookup_rows(policies[0].backend, policies, identity)
+    except RedisError as exc:
+        raise BackendError(f"could not read policy {name!r}: {exc}") from exc
+    if not rows:
+        write("rates        none: no state under this policy")
+        return
+    header = ["  rate", "algorithm", "used / limit", "remaining", "status", "resets in", "keys"]
+    lines = [
+        [
+            f"  {row.rate}",
+            row.algorithm,
+            f"{row.used_text} / {row.limit}",
+            str(row.remaining),
+            f"denied, retry in {row.retry_text}" if row.denied else "allowed",
+            row.reset_text,
+            " ".join(row.keys),
+        ]
+        for row in rows
+    ]
+    write("rates")
+    write(table(header, lines, numeric=frozenset({2, 3})))
 
 
 def _describe(client: Redis, keys: list[str]) -> list[list[str]]:

@@ -17,7 +17,7 @@ from django_rl.inspection import (
     list_counters,
 )
 from django_rl.management.subcommands.output import table
-from django_rl.policies import get_policy
+from django_rl.policies import policies_named
 
 HELP = "List the identities that use most of POLICY's limit now, heaviest first."
 
@@ -37,7 +37,7 @@ def add_arguments(parser: CommandParser) -> None:
 
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> None:
-    policy = get_policy(options["policy"])
+    name = policies_named(options["policy"])[0].name  # an unknown name fails here
     count, budget = max(1, options["count"]), max(1, options["budget"])
     # One row per identity: SCAN may return a key twice. At most about
     # ``budget`` of them, since SCAN looks at no more keys than that.
@@ -46,7 +46,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     examined = keys_in_redis = 0
     while cursor is not None and examined < budget:
         query = Query(
-            policy=policy.name,
+            policy=name,
             cursor=cursor,
             page_size=MAX_PAGE_SIZE,
             budget=min(SCAN_BUDGET, budget - examined),
@@ -75,7 +75,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
         ]
         write(table(header, lines, numeric=frozenset({1, 2})))
     else:
-        write(f"No live counters under {policy.name}.")
+        write(f"No live counters under {name}.")
     if cursor is None:
         write(f"Walked every key in Redis ({keys_in_redis:,}).")
     else:
