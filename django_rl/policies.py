@@ -128,8 +128,15 @@ class Policy:
                 self.denials.forget(key)
 
     def _delete(self, node: RedisNode, key: str) -> int:
-        # An identity's keys share its hash tag: one slot, one node.
-        return int(node.client.delete(*self.algorithm.keys(node, key)))
+        # An identity's keys share its hash tag: one slot, one node. One DEL
+        # per key, in one round trip: while a Redis Cluster moves the slot,
+        # some keys may still be on the source and others on the target, and
+        # a DEL of several would be refused (TRYAGAIN); each key's DEL follows
+        # its own redirect instead.
+        _, deleted = node.pipeline(
+            lambda pipe: [pipe.delete(name) for name in self.algorithm.keys(node, key)]
+        )
+        return sum(int(count) for count in deleted)
 
     def hit_request(self, request: Any, cost: int = 1) -> Decision | None:
         """Identify ``request`` and hit; ``None`` when the policy does not apply to it.

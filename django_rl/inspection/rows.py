@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django_rl.algorithms import Reading
-from django_rl.backends import run_reads
 from django_rl.exceptions import ConfigurationError
 from django_rl.keys import KeyIdentity, safe_identity
 from django_rl.policies import Policy, get_policy
@@ -165,7 +164,7 @@ def read_rows(backend: Backend, keys: Iterable[ParsedKey]) -> list[Row]:
 
     found: list[Row] = []
     for node, rows in on_node.items():
-        readers, replies = run_reads(node.client, functools.partial(queue, node=node, rows=rows))
+        readers, replies = node.pipeline(functools.partial(queue, node=node, rows=rows))
         found += _collect(readers, replies)
     return sort_rows(found)
 
@@ -194,7 +193,7 @@ def lookup_rows(backend: Backend, policies: Sequence[Policy], identity: str) -> 
             readers.append(_queue_existing(pipe, node, policy, stored, keys))
         return readers
 
-    readers, replies = run_reads(node.client, queue)
+    readers, replies = node.pipeline(queue)
     return sort_rows(_collect(readers, replies))
 
 
