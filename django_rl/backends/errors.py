@@ -183,6 +183,11 @@ def makes_connections_stale(exc: BaseException) -> bool:
     """
     if isinstance(exc, (RedisConnectionError, RedisTimeoutError, ReadOnlyError)):
         return True
+    return lacks_replicas(exc)
+
+
+def lacks_replicas(exc: BaseException) -> bool:
+    """Return whether ``exc`` is a primary's ``NOREPLICAS`` (``min-replicas-to-write`` unmet)."""
     return isinstance(exc, ResponseError) and str(exc).startswith(_NOREPLICAS)
 
 

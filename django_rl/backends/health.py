@@ -163,10 +163,6 @@ class Health:
                 if now - last >= self.incident_quiet:
                     del self._replies_seen[kind]
 
-    def count(self, kind: str) -> None:
-        """Count a failed call of ``kind`` that needs no log line of its own."""
-        self._count(kind)
-
     def _count(self, kind: str) -> None:
         # A lock: ``+=`` on a Counter is a read and a write, and two threads
         # failing at once would count one.

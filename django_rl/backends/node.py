@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
@@ -15,7 +16,12 @@ from redis.exceptions import RedisError
 
 from django_rl.backends.clock import ClockUnavailable, ServerClock
 from django_rl.backends.connections import Command, KeptConnectionClient, discard
-from django_rl.backends.errors import makes_connections_stale, reply_kind, unlocated
+from django_rl.backends.errors import (
+    lacks_replicas,
+    makes_connections_stale,
+    reply_kind,
+    unlocated,
+)
 from django_rl.backends.health import Health
 from django_rl.backends.scripts import replies_with_scripts
 
@@ -26,6 +32,10 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 logger = logging.getLogger("django_rl")
+
+#: Seconds between two replacements of every connection while the primary
+#: answers NOREPLICAS.
+REPLACE_INTERVAL = 0.25
 
 
 class RedisNode:
@@ -55,6 +65,7 @@ class RedisNode:
         self._generation = 0
         #: (host, port) the kept connections reach (see :meth:`_reached`).
         self._address: tuple[object, object] | None = None
+        self._replace_at = 0.0
         _live_nodes.add(self)
 
     def __repr__(self) -> str:
@@ -242,7 +253,16 @@ class RedisNode:
             self.health.unlocated(exc)
             return
         if makes_connections_stale(exc):
-            self.replace_connections()
+            if lacks_replicas(exc):
+                # It may refuse for long (a one-replica group after a
+                # failover, until the old primary rejoins as a replica): new
+                # connections are tried every REPLACE_INTERVAL, not per call.
+                now = time.monotonic()
+                if now >= self._replace_at:
+                    self._replace_at = now + REPLACE_INTERVAL
+                    self.replace_connections()
+            else:
+                self.replace_connections()
         self.health.failed(exc, epoch)
 
     def record_success(self, epoch: int | None = None) -> None:
