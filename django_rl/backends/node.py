@@ -173,6 +173,26 @@ class RedisNode:
             # Callers treat Redis trouble as RedisError, whichever call met it.
             raise RedisConnectionError(str(exc)) from exc
 
+    def run(
+        self,
+        key: str,
+        operation: Callable[Concatenate[RedisNode, str, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """Return ``operation(self, key, *args, **kwargs)``, noting whether Redis answered.
+
+        :raises redis.exceptions.RedisError: as ``operation`` does.
+        """
+        epoch = self.health.epoch  # see Health: calls that straddle a change
+        try:
+            result = operation(self, key, *args, **kwargs)
+        except RedisError as exc:
+            self.record_failure(exc, epoch)
+            raise
+        self.record_success(epoch)
+        return result
+
     def pipeline(self, queue: Callable[[Pipeline], T]) -> tuple[T, list[Any]]:
         """Run the commands ``queue`` puts on a pipeline, in one round trip; return both.
 
@@ -201,26 +221,6 @@ class RedisNode:
     def _replies(self, commands: Sequence[Command]) -> list[Any]:
         """Return the replies to ``commands`` (errors in place), scripts loaded if need be."""
         return replies_with_scripts(self.client, commands)
-
-    def run(
-        self,
-        key: str,
-        operation: Callable[Concatenate[RedisNode, str, P], T],
-        *args: P.args,
-        **kwargs: P.kwargs,
-    ) -> T:
-        """Return ``operation(self, key, *args, **kwargs)``, noting whether Redis answered.
-
-        :raises redis.exceptions.RedisError: as ``operation`` does.
-        """
-        epoch = self.health.epoch  # see Health: calls that straddle a change
-        try:
-            result = operation(self, key, *args, **kwargs)
-        except RedisError as exc:
-            self.record_failure(exc, epoch)
-            raise
-        self.record_success(epoch)
-        return result
 
     def record_failure(self, exc: Exception, epoch: int | None = None) -> None:
         """Note that a call started in ``epoch`` failed; log the start of an outage once.
