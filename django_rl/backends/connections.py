@@ -40,19 +40,20 @@ class KeptConnectionClient(Redis):
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         try:
-            result = self._command(args, options)
+            if self.asking:
+                result = self._exchange([(args, options)])[0].unwrap()
+            else:
+                result = super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         except RedisConnectionError:
             if not self._worked:
                 raise
             self._worked = False
-            result = self._command(args, options)
+            if self.asking:
+                result = self._exchange([(args, options)])[0].unwrap()
+            else:
+                result = super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         self._worked = True
         return result
-
-    def _command(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
-        if not self.asking:
-            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
-        return self._exchange([(args, options)])[0].unwrap()
 
     def command_replies(self, commands: Sequence[Command]) -> list[Any]:
         """Send ``commands`` in one write (no ``MULTI``); return their replies, errors included.
@@ -93,7 +94,7 @@ class KeptConnectionClient(Redis):
             replies = []
             for args, options in commands:
                 if asking:
-                    connection.read_response()  # +OK; an error here is raised (no such node)
+                    connection.read_response()  # +OK (an error reply raises: not a cluster)
                 try:
                     reply = self.parse_response(connection, args[0], **options)  # type: ignore[no-untyped-call]
                     replies.append(_Reply(reply))
