@@ -80,6 +80,7 @@ def data(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
             "examined": listed.examined,
             "keys_in_redis": listed.keys_in_redis,
             "skipped": listed.skipped,
+            "unavailable": list(listed.unavailable),
             "updated": timezone.now().isoformat(),
             "tbody": render_to_string(TEMPLATES + "rows.html", context, request),
             "summary": render_to_string(TEMPLATES + "summary.html", context, request),

@@ -279,7 +279,13 @@ class Policy:
             for variant, key in zip(variants, keys, strict=True)
             for name in variant.algorithm.keys(node, key)
         ]
-        return int(node.client.delete(*names))
+        # An identity's keys share its hash tag: one slot, one node. One DEL
+        # per key, in one round trip: while a Redis Cluster moves the slot,
+        # some keys may still be on the source and others on the target, and
+        # a DEL of several would be refused (TRYAGAIN); each key's DEL follows
+        # its own redirect instead.
+        _, deleted = node.pipeline(lambda pipe: [pipe.delete(name) for name in names])
+        return sum(int(count) for count in deleted)
 
     def recorded_variants(self) -> list[Variant]:
         """Return every rate whose state may exist: the catalogue's and this process's.

@@ -172,16 +172,18 @@ def test_json_shape(admin_client):
         "examined",
         "keys_in_redis",
         "skipped",
+        "unavailable",
         "updated",
         "tbody",
         "summary",
     }
-    assert (data["cursor"], data["next_cursor"], data["keys_in_redis"], data["skipped"]) == (
-        "0:0",
-        None,
-        2,
-        0,
-    )
+    assert (
+        data["cursor"],
+        data["next_cursor"],
+        data["keys_in_redis"],
+        data["skipped"],
+        data["unavailable"],
+    ) == ("0:0", None, 2, 0, [])
     bucket, window = data["rows"]
     assert set(bucket) == set(window) == ROW_FIELDS
     assert {

@@ -205,7 +205,10 @@ class ClusterTopology:
 
     def server_of(self, key: str) -> RedisServer:
         """Return the primary that serves ``key`` now."""
-        slot = int(self.client().keyslot(key))
+        return self.server_of_slot(int(self.client().keyslot(key)))
+
+    def server_of_slot(self, slot: int) -> RedisServer:
+        """Return the primary that serves ``slot`` now, as a live node sees it."""
         for node in self.nodes():
             if node["primary"] and any(low <= slot <= high for low, high in node["slots"]):
                 return next(s for s in self.servers if s.port == node["port"])

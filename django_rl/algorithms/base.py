@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
 
-from django_rl.backends import LuaScript, run_reads
+from django_rl.backends import LuaScript
 from django_rl.rates import Rate, parse_rate
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ def fingerprint_text(algorithm: Algorithm) -> str:
 
 def read_now(algorithm: Algorithm, node: RedisNode, key: str) -> Reading:
     """Run ``algorithm.queue_peek`` in a pipeline of its own: one round trip."""
-    read, replies = run_reads(node.client, lambda pipe: algorithm.queue_peek(pipe, node, key))
+    read, replies = node.pipeline(lambda pipe: algorithm.queue_peek(pipe, node, key))
     return read(iter(replies))
 
 
@@ -180,7 +180,7 @@ class ScriptAlgorithm:
         return self.outcome(self.script(node.client, (key,), self.script_args(cost, "1")))
 
     def peek(self, node: RedisNode, key: str) -> Outcome:
-        read, replies = run_reads(node.client, lambda pipe: self.queue_peek(pipe, node, key))
+        read, replies = node.pipeline(lambda pipe: self.queue_peek(pipe, node, key))
         return read(iter(replies)).outcome
 
     def queue_peek(self, pipe: Pipeline, node: RedisNode, key: str) -> ReadReplies:

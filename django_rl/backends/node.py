@@ -2,28 +2,40 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 import weakref
-from collections.abc import Callable
-from typing import Concatenate, ParamSpec, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from django_rl.backends.clock import ClockUnavailable, ServerClock
-from django_rl.backends.connections import KeptConnectionClient, discard
-from django_rl.backends.errors import reply_kind
+from django_rl.backends.connections import Command, KeptConnectionClient, discard
+from django_rl.backends.errors import (
+    lacks_replicas,
+    makes_connections_stale,
+    reply_kind,
+    unlocated,
+)
 from django_rl.backends.health import Health
+from django_rl.backends.scripts import replies_with_scripts
+
+if TYPE_CHECKING:
+    from redis.client import Pipeline
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: Errors after which every connection is as suspect as the one that failed
-#: (BusyLoadingError, LOADING, is a ConnectionError).
-STALE_CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError)
+logger = logging.getLogger("django_rl")
+
+#: Seconds between two replacements of every connection while the primary
+#: answers NOREPLICAS.
+REPLACE_INTERVAL = 0.25
 
 
 class RedisNode:
@@ -51,6 +63,9 @@ class RedisNode:
         # Bumped when the connections are suspect (see record_failure); a
         # thread whose kept connection is older replaces it on its next call.
         self._generation = 0
+        #: (host, port) the kept connections reach (see :meth:`_reached`).
+        self._address: tuple[object, object] | None = None
+        self._replace_at = 0.0
         _live_nodes.add(self)
 
     def __repr__(self) -> str:
@@ -79,11 +94,53 @@ class RedisNode:
                 local.client = None
                 discard(client)
             generation = self._generation
-            client = KeptConnectionClient(
-                connection_pool=self.pooled_client.connection_pool, single_connection_client=True
-            )
+            client = self._make_client()
+            if self._reached(client.connection):
+                generation = self._generation  # this one reaches the new primary already
             local.client, local.generation = client, generation
         return client
+
+    def _make_client(self) -> KeptConnectionClient:
+        """Return a new kept-connection client, connected (redis-py connects it from the pool)."""
+        client = KeptConnectionClient(
+            connection_pool=self.pooled_client.connection_pool, single_connection_client=True
+        )
+        # Its reconnections (after a broken connection) are checked too.
+        client.connection.register_connect_callback(self._reached)  # type: ignore[union-attr]
+        return client
+
+    def _reached(self, connection: object) -> bool:
+        """Note where a kept connection connected; return whether that is a new address.
+
+        Under Sentinel each new connection asks the sentinels where the
+        primary is, so a connection may reach another server than the others
+        do: after a failover, the new primary. When one does, every thread
+        replaces its kept connection (see :meth:`replace_connections`), so
+        the whole process counts on one primary. Without that, after a forced
+        ``SENTINEL FAILOVER`` (the old primary healthy, still taking writes
+        until Sentinel demotes it, about 10 s later) threads whose connections
+        reach the old primary would go on counting there while new ones count
+        on the new primary: twice the limit. A single server's or a cluster
+        node's address never changes, so this never fires for them.
+        """
+        address = (getattr(connection, "host", None), getattr(connection, "port", None))
+        known = self._address
+        if address == known or address[0] is None:
+            return False
+        self._address = address
+        if known is None:
+            return False
+        logger.info(
+            "Redis for rate limiting (%s): a new connection reaches the primary at %s:%s, "
+            "no longer %s:%s; every thread moves its connection there.",
+            self.health.name,
+            address[0],
+            address[1],
+            known[0],
+            known[1],
+        )
+        self.replace_connections()
+        return True
 
     @property
     def pooled_client(self) -> Redis:
@@ -146,6 +203,35 @@ class RedisNode:
         self.record_success(epoch)
         return result
 
+    def pipeline(self, queue: Callable[[Pipeline], T]) -> tuple[T, list[Any]]:
+        """Run the commands ``queue`` puts on a pipeline, in one round trip; return both.
+
+        Return what ``queue`` returned and the replies, in order. The
+        commands go out on this thread's kept connection, not as a
+        transaction: each must be a read, or a write that may run twice
+        (``DEL``), and touch one key or none. A script the server does not
+        know (NOSCRIPT: a restarted server, ``SCRIPT FLUSH``) fails inside
+        the pipeline; then every script is loaded and the commands are sent
+        again. On a Redis Cluster each command that meets ``ASK`` (its key
+        has moved to the node importing its slot) is sent there, after
+        ``ASKING`` (see :class:`~django_rl.backends.cluster.ClusterMember`).
+
+        :raises redis.exceptions.RedisError: if Redis cannot answer, or a
+            command fails for another reason (the first such error).
+        """
+        recorder = self.client.pipeline(transaction=False)
+        queued = queue(recorder)
+        commands: list[Command] = list(recorder.command_stack)
+        replies = self._replies(commands)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return queued, replies
+
+    def _replies(self, commands: Sequence[Command]) -> list[Any]:
+        """Return the replies to ``commands`` (errors in place), scripts loaded if need be."""
+        return replies_with_scripts(self.client, commands)
+
     def record_failure(self, exc: Exception, epoch: int | None = None) -> None:
         """Note that a call started in ``epoch`` failed; log the start of an outage once.
 
@@ -169,8 +255,24 @@ class RedisNode:
             if self.health.answered_with_error(exc, kind, epoch):
                 self.replace_connections()  # an outage ended, as in record_success
             return
-        if isinstance(exc, STALE_CONNECTION_ERRORS):
-            self.replace_connections()
+        if unlocated(exc):
+            # No sentinel could name the primary, for a new connection: the
+            # primary may be fine, and every connection already open to it
+            # keeps counting. Replacing them would turn an outage of the
+            # sentinels into one of the limiter.
+            self.health.unlocated(exc)
+            return
+        if makes_connections_stale(exc):
+            if lacks_replicas(exc):
+                # It may refuse for long (a one-replica group after a
+                # failover, until the old primary rejoins as a replica): new
+                # connections are tried every REPLACE_INTERVAL, not per call.
+                now = time.monotonic()
+                if now >= self._replace_at:
+                    self._replace_at = now + REPLACE_INTERVAL
+                    self.replace_connections()
+            else:
+                self.replace_connections()
         self.health.failed(exc, epoch)
 
     def record_success(self, epoch: int | None = None) -> None:

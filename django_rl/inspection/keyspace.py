@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from redis.exceptions import RedisError
+
 from django_rl.keys import POLICY_NAME, STORED_IDENTITY, KeyIdentity
 
 if TYPE_CHECKING:
@@ -131,15 +133,50 @@ def match_pattern(prefix: str, policy: str | None = None, identity_prefix: str =
     return f"{prefix}:{policy_part}:{{{identity_prefix}*"
 
 
-def scan_targets(backend: Backend) -> list[Redis]:
-    """Return a client for each server whose keyspace holds the app's keys.
+@dataclass(frozen=True)
+class Targets:
+    """The servers a listing walks, as :func:`answering_targets` found them.
+
+    :ivar clients: a client per server, in the backend's order of its nodes;
+        ``None`` for one that did not answer (the walk skips it).
+    :ivar keys_in_redis: DBSIZE summed over the servers that answered.
+    :ivar unavailable: the addresses of those that did not.
+    """
+
+    clients: list[Redis | None]
+    keys_in_redis: int
+    unavailable: tuple[str, ...]
+
+
+def answering_targets(backend: Backend) -> Targets:
+    """Return a client for each server whose keyspace holds the app's keys, with its DBSIZE.
 
     The one server, or every primary of a Redis Cluster, ordered by address;
     listings walk them one after another (the cursor names which), within
     one budget for them all. (A failover between two pages changes the
-    primaries: the next page may then skip or repeat some keys.)
+    primaries: the next page may then skip or repeat some keys.) A cluster
+    primary that does not answer (down, before its replica is promoted)
+    leaves its keys out of a listing instead of failing it whole.
+
+    :raises redis.exceptions.RedisError: if no server answers.
     """
-    return [node.client for node in backend.nodes()]
+    clients: list[Redis | None] = []
+    unavailable: list[str] = []
+    keys = 0
+    failure: RedisError | None = None
+    for node in backend.nodes():
+        try:
+            client = node.client
+            keys += int(client.dbsize())
+        except RedisError as exc:
+            failure = failure or exc
+            clients.append(None)
+            unavailable.append(node.address or node.alias)
+            continue
+        clients.append(client)
+    if failure is not None and all(client is None for client in clients):
+        raise failure
+    return Targets(clients, keys, tuple(unavailable))
 
 
 @dataclass(frozen=True)
@@ -174,12 +211,18 @@ def parse_cursor(cursor: str) -> tuple[int, int]:
 
 
 def scan_keys(
-    targets: Sequence[Redis], pattern: str, cursor: str, *, want: int, budget: int = SCAN_BUDGET
+    targets: Sequence[Redis | None],
+    pattern: str,
+    cursor: str,
+    *,
+    want: int,
+    budget: int = SCAN_BUDGET,
 ) -> ScanStep:
     """Walk from ``cursor`` until ``want`` keys match, the budget is spent, or the end.
 
     SCAN's COUNT starts at ``want`` and grows while few keys match (a narrow
     filter on a big keyspace), so a page takes few round trips either way.
+    A target that is ``None`` (a server that did not answer) is skipped.
     A page can hold more than ``want`` keys: the last SCAN call's keys are
     all kept, since a cursor cannot stop half way through a call.
 
@@ -196,8 +239,12 @@ def scan_keys(
     examined = 0
     count = max(1, min(want, budget))
     while index < len(targets) and len(found) < want and examined < budget:
+        target = targets[index]
+        if target is None:
+            index, position = index + 1, 0
+            continue
         count = min(count, budget - examined)
-        position, batch = targets[index].scan(position, match=pattern, count=count)
+        position, batch = target.scan(position, match=pattern, count=count)
         examined += count
         for key in batch:
             found[key.decode("utf-8", "replace") if isinstance(key, bytes) else key] = None

@@ -12,6 +12,7 @@ from django_rl.exceptions import BackendError
 from django_rl.inspection.keyspace import (
     FIRST_PAGE,
     SCAN_BUDGET,
+    answering_targets,
     check_filters,
     is_bookkeeping,
     match_pattern,
@@ -19,7 +20,6 @@ from django_rl.inspection.keyspace import (
     parse_cursor,
     parse_key,
     scan_keys,
-    scan_targets,
 )
 from django_rl.inspection.rows import Row, lookup_rows, read_rows
 from django_rl.policies import Policy, policies_named, policy_names
@@ -76,6 +76,8 @@ class Page:
     :ivar keys_in_redis: every key in the Redis databases walked (DBSIZE),
         this app's and others'.
     :ivar skipped: keys under the prefix that are not of this app's form.
+    :ivar unavailable: the servers (cluster primaries, by address) that did
+        not answer: their keys are not on the page.
     """
 
     query: Query
@@ -84,12 +86,16 @@ class Page:
     examined: int = 0
     keys_in_redis: int = 0
     skipped: int = 0
+    unavailable: tuple[str, ...] = ()
 
 
 def list_counters(query: Query) -> Page:
     """Return one page of counters; the work is bounded whatever the keyspace's size.
 
-    :raises BackendError: if Redis cannot answer.
+    A server that does not answer (a cluster primary that is down) is left
+    out, and named in ``Page.unavailable``; the others are listed.
+
+    :raises BackendError: if Redis cannot answer (no server does).
     :raises ConfigurationError: if the settings are invalid, or an exact
         search names a policy that is not configured.
     :raises CursorError: if the cursor names a server there is not.
@@ -97,18 +103,25 @@ def list_counters(query: Query) -> Page:
     settings = get_settings()
     backend = get_backend(settings.connection)
     try:
-        targets = scan_targets(backend)
-        keys_in_redis = sum(int(target.dbsize()) for target in targets)
+        targets = answering_targets(backend)
+        unavailable = list(targets.unavailable)
         if query.exact:
             policies = configured_policies(
                 [query.policy] if query.policy else None, strict=query.policy is not None
             )
-            rows = lookup_rows(backend, policies, operator_identity(query.identity))
-            return Page(query, rows, keys_in_redis=keys_in_redis)
+            rows = lookup_rows(backend, policies, operator_identity(query.identity), unavailable)
+            return Page(
+                query,
+                rows,
+                keys_in_redis=targets.keys_in_redis,
+                unavailable=tuple(dict.fromkeys(unavailable)),
+            )
         pattern = match_pattern(settings.key_prefix, query.policy, query.identity)
-        step = scan_keys(targets, pattern, query.cursor, want=query.page_size, budget=query.budget)
+        step = scan_keys(
+            targets.clients, pattern, query.cursor, want=query.page_size, budget=query.budget
+        )
         parsed = [parse_key(settings.key_prefix, key) for key in step.keys]
-        rows = read_rows(backend, (p for p in parsed if p is not None))
+        rows = read_rows(backend, (p for p in parsed if p is not None), unavailable)
     except RedisError as exc:
         raise BackendError(f"could not read the rate-limit counters: {exc}") from exc
     skipped = sum(
@@ -121,8 +134,9 @@ def list_counters(query: Query) -> Page:
         rows,
         next_cursor=step.next_cursor,
         examined=step.examined,
-        keys_in_redis=keys_in_redis,
+        keys_in_redis=targets.keys_in_redis,
         skipped=skipped,
+        unavailable=tuple(dict.fromkeys(unavailable)),
     )
 
 

@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import RedisError
+
 from django_rl.algorithms import Reading
-from django_rl.backends import run_reads
 from django_rl.keys import KeyIdentity, safe_identity
 from django_rl.policies import Policy, policies_named
 
@@ -140,11 +141,15 @@ def sort_rows(rows: Iterable[Row]) -> list[Row]:
 RowReader = Callable[[Iterator[Any]], "Row | None"]
 
 
-def read_rows(backend: Backend, keys: Iterable[ParsedKey]) -> list[Row]:
+def read_rows(
+    backend: Backend, keys: Iterable[ParsedKey], unavailable: list[str] | None = None
+) -> list[Row]:
     """Return the rows of ``keys``, sorted, their state read in one pipeline per node.
 
     An identity's keys share its hash tag, so the keys of a row all live on
-    one node (the one server; a primary of a cluster).
+    one node (the one server; a primary of a cluster). With ``unavailable``,
+    a node that cannot be read is added to it (by address) and its rows are
+    left out, instead of failing the whole read.
 
     :raises redis.exceptions.RedisError: if Redis cannot answer.
     """
@@ -172,18 +177,30 @@ def read_rows(backend: Backend, keys: Iterable[ParsedKey]) -> list[Row]:
 
     found: list[Row] = []
     for node, rows in on_node.items():
-        readers, replies = run_reads(node.client, functools.partial(queue, node=node, rows=rows))
+        try:
+            readers, replies = node.pipeline(functools.partial(queue, node=node, rows=rows))
+        except RedisError:
+            if unavailable is None:
+                raise
+            unavailable.append(node.address or node.alias)
+            continue
         found += _collect(readers, replies)
     return sort_rows(found)
 
 
-def lookup_rows(backend: Backend, policies: Sequence[Policy], identity: str) -> list[Row]:
+def lookup_rows(
+    backend: Backend,
+    policies: Sequence[Policy],
+    identity: str,
+    unavailable: list[str] | None = None,
+) -> list[Row]:
     """Return the live rows of one identity under ``policies``, read in one pipeline.
 
     The keys are computed, not searched for, so this is as fast with a
     million keys as with ten. ``identity`` is raw (made safe like a
     request's) or a :class:`KeyIdentity`. Its keys share its hash tag: they
-    all live on one node.
+    all live on one node. With ``unavailable``, a node that cannot be read
+    is added to it and no rows are returned, as in :func:`read_rows`.
 
     :raises redis.exceptions.RedisError: if Redis cannot answer.
     """
@@ -202,8 +219,14 @@ def lookup_rows(backend: Backend, policies: Sequence[Policy], identity: str) -> 
             readers.append(_queue_existing(pipe, node, policy, variant, stored, keys))
         return readers
 
-    rates = [(policy, variant) for policy in policies for variant in policy.recorded_variants()]
-    readers, replies = run_reads(node.client, queue)
+    try:
+        rates = [(policy, variant) for policy in policies for variant in policy.recorded_variants()]
+        readers, replies = node.pipeline(queue)
+    except RedisError:
+        if unavailable is None:
+            raise
+        unavailable.append(node.address or node.alias)
+        return []
     return sort_rows(_collect(readers, replies))
 
 

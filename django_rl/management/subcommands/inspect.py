@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 from django.core.management.base import BaseCommand, CommandParser
 from redis.exceptions import RedisError
 
-from django_rl.backends import run_reads
 from django_rl.exceptions import BackendError
 from django_rl.inspection import operator_identity
 from django_rl.inspection.rows import format_duration, lookup_rows
@@ -16,8 +15,9 @@ from django_rl.management.subcommands.output import table
 from django_rl.policies import Policy, policies_named
 
 if TYPE_CHECKING:
-    from redis import Redis
     from redis.client import Pipeline
+
+    from django_rl.backends import RedisNode
 
 HELP = (
     "Show what a hit of IDENTITY under POLICY would be told now, and its keys in Redis "
@@ -51,7 +51,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     write(f"reset after  {format_duration(decision.reset_after)}")
     node = policy.backend.node_for(policy.key(identity))
     keys = policy.algorithm.keys(node, policy.key(identity))
-    rows = _describe(node.client, keys)
+    rows = _describe(node, keys)
     if not rows:
         write("keys         none: no state under this policy")
         return
@@ -89,7 +89,7 @@ def _rates(command: BaseCommand, policies: list[Policy], identity: str) -> None:
     write(table(header, lines, numeric=frozenset({2, 3})))
 
 
-def _describe(client: Redis, keys: list[str]) -> list[list[str]]:
+def _describe(node: RedisNode, keys: list[str]) -> list[list[str]]:
     """Return (key, type, ttl, value) of the keys that exist, in two round trips."""
 
     def types_and_ttls(pipe: Pipeline) -> None:
@@ -97,7 +97,7 @@ def _describe(client: Redis, keys: list[str]) -> list[list[str]]:
             pipe.type(key)
             pipe.pttl(key)
 
-    _, replies = run_reads(client, types_and_ttls)
+    _, replies = node.pipeline(types_and_ttls)
     found = [
         (key, _text(kind), ttl)
         for key, kind, ttl in zip(keys, replies[::2], replies[1::2], strict=True)
@@ -109,7 +109,7 @@ def _describe(client: Redis, keys: list[str]) -> list[list[str]]:
         for key, kind, _ in found:
             getattr(pipe, readers.get(kind, "type"))(key)
 
-    _, contents = run_reads(client, values)
+    _, contents = node.pipeline(values)
     return [
         [f"  {key}", kind, format_duration(ttl / 1000) if ttl >= 0 else "none", _value(kind, v)]
         for (key, kind, ttl), v in zip(found, contents, strict=True)

@@ -44,6 +44,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     found: dict[str, Row] = {}
     cursor: str | None = FIRST_PAGE
     examined = keys_in_redis = 0
+    unavailable: dict[str, None] = {}  # in order, once each
     while cursor is not None and examined < budget:
         query = Query(
             policy=name,
@@ -53,6 +54,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
         )
         page = list_counters(query)
         found.update((row.identity, row) for row in page.rows if row.status == LIVE)
+        unavailable.update(dict.fromkeys(page.unavailable))
         cursor, examined, keys_in_redis = (
             page.next_cursor,
             examined + page.examined,
@@ -76,8 +78,11 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
         write(table(header, lines, numeric=frozenset({1, 2})))
     else:
         write(f"No live counters under {name}.")
+    if unavailable:
+        write(f"Not listed: the keys on {', '.join(unavailable)}, which did not answer.")
     if cursor is None:
-        write(f"Walked every key in Redis ({keys_in_redis:,}).")
+        where = "of the servers that answered" if unavailable else "in Redis"
+        write(f"Walked every key {where} ({keys_in_redis:,}).")
     else:
         write(
             f"Stopped after SCAN looked at about {examined:,} of {keys_in_redis:,} keys; "
