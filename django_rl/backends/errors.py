@@ -61,7 +61,7 @@ REPLIES: dict[str, Reply] = {
         logging.ERROR,
         "refuses a command to this connection's ACL user",
         "Grant the user the commands and keys django_rl uses "
-        "(docs/reliability.md, 'Error replies')",
+        "(docs/security.md, 'A Redis user of its own', gives the rule)",
     ),
     "unknown_command": Reply(
         logging.ERROR,
@@ -118,7 +118,11 @@ def reply_kind(exc: BaseException) -> str | None:
     if message.startswith("WRONGTYPE"):
         return "wrongtype"
     lowered = message.lower()
-    # Checked before "script": a script's own call may be the one that failed.
+    # Checked before "script": a script's own call may be the one that failed
+    # (Redis 7 words an ACL refusal inside a script as "The user executing
+    # the script can't run this command").
+    if "no permissions" in lowered or "can't run this command" in lowered:
+        return "noperm"
     if "unknown command" in lowered or "unknown redis command" in lowered:
         return "unknown_command"
     if "wrong number of arg" in lowered or "syntax error" in lowered:
