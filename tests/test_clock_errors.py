@@ -174,10 +174,14 @@ def test_the_clock_notices_a_step_back_from_a_single_reading():
 def test_a_slow_reading_does_not_move_a_fast_one():
     readings = iter([(1_700_000_000, 0)])
     clock = ServerClock(lambda: next(readings), resync_interval=60)
-    first = clock.now_ms()
-    # The server read its clock just now, but the reply was read 300 ms
-    # later: its lower bound trails the one already known by 300 ms.
+    clock.now_ms()
     sent = time.monotonic()
-    clock.observe(first, sent, sent + 0.3)
-    assert clock.now_ms() >= first
+    first = clock.now_ms()
+    # The server read its clock (``first``) just after ``sent``, but the
+    # reply was read 300 ms later. Trusted as a round trip's midpoint, as a
+    # single sample used to be, it would set the clock 150 ms back.
+    time.sleep(0.3)
+    clock.observe(first, sent, time.monotonic())
+    # 300 ms on, less 1 ms of rounding (and 0.03 ms of allowed drift).
+    assert clock.now_ms() >= first + 299
     assert clock.steps == 0

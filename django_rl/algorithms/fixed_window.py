@@ -164,27 +164,31 @@ class FixedWindow(RateAlgorithm):
         return read_now(self, node, key).outcome
 
     def queue_peek(self, pipe: Pipeline, node: RedisNode, key: str) -> ReadReplies:
-        # The clock's estimate is a lower bound: the server may already be in
-        # the next window. Read both; the current one is the first that
-        # exists and has begun (its PTTL is at most the period).
-        # With CLOCK "app" the window is known exactly: only it is read, and
-        # the time left is this host's.
+        # The server's time is known within bounds (ServerClock): when they
+        # straddle an edge, the server may be in either window. Read both;
+        # the current one is the first that exists and has begun (its PTTL
+        # is at most the period). Almost always the bounds are within one
+        # window, and one is read. With CLOCK "app" the window is this
+        # host's, known exactly, and so is the time left in it.
+        period = self.rate.period_ms
         app_now = node.now_ms() if node.app_clock else None
-        window = self._window(node) if app_now is None else app_now // self.rate.period_ms
-        candidates = (window,) if app_now is not None else (window, window + 1)
-        for candidate in candidates:
+        if app_now is not None:
+            windows = range(app_now // period, app_now // period + 1)
+        else:
+            low, high = node.now_range_ms()
+            windows = range(low // period, min(high // period, low // period + 1) + 1)
+        for candidate in windows:
             pipe.get(f"{key}:{candidate}")
             pipe.pttl(f"{key}:{candidate}")
         limit = self.rate.limit
-        period = self.rate.period_ms
 
         def read(replies: Iterator[Any]) -> Reading:
             count, ttl_ms = 0, 0
-            for _ in candidates:
+            for _ in windows:
                 value, ttl = next(replies), next(replies)
                 if app_now is not None:
                     if value is not None:
-                        count, ttl_ms = int(value), (window + 1) * period - app_now
+                        count, ttl_ms = int(value), (app_now // period + 1) * period - app_now
                 elif value is not None and 0 <= ttl <= period and not count:
                     count, ttl_ms = int(value), ttl
             if count < limit:
