@@ -24,6 +24,7 @@ from django_rl.backends.capabilities import (
     from_server_info,
     parse_version,
 )
+from django_rl.backends.errors import makes_connections_stale, outage_kind, reply_kind
 from tests import servers
 from tests.redis_server import free_port, reap, spawn
 
@@ -131,3 +132,30 @@ def test_a_restart_as_another_server_is_learned_again(settings, private_redis, c
     assert policy.hit("ip:192.0.2.1").remaining == 3
     assert node.capabilities.label == "Valkey 9.1.2"
     assert [r.getMessage() for r in caplog.records] == []
+
+
+#: Redis 6.2's replies when a command a script calls fails (Redis 7 replies
+#: with the command's own error). Seen on a real 6.2 under Sentinel: after a
+#: failover the demoted primary answered every script so, and decisions kept
+#: their connections to it.
+WRAPPED_62 = (
+    "Error running script (call to f_babd154eb0a84303a131b3365f86b4677edb29db): "
+    "@user_script:80: @user_script: 80: -{} {}"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "text", "kind", "outage", "stale"),
+    [
+        ("READONLY", "You can't write against a read only replica.", None, "readonly", True),
+        ("OOM", "command not allowed when used memory > 'maxmemory'.", "oom", None, False),
+        ("NOPERM", "this user has no permissions to run the 'zadd' command", "noperm", None, False),
+        ("WRONGTYPE", "Operation against a key holding the wrong kind", "wrongtype", None, False),
+        ("MASTERDOWN", "Link with MASTER is down", None, "other_outage", False),
+    ],
+)
+def test_errors_a_script_met_on_redis_62_are_told_by_their_code(code, text, kind, outage, stale):
+    exc = redis.ResponseError(WRAPPED_62.format(code, text))
+    assert (reply_kind(exc), makes_connections_stale(exc)) == (kind, stale)
+    if outage is not None:
+        assert outage_kind(exc) == outage

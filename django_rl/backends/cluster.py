@@ -40,6 +40,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from django_rl.backends.errors import makes_connections_stale
 from django_rl.backends.health import Health
 from django_rl.backends.node import STALE_CONNECTION_ERRORS, RedisNode, after_fork_hooks
 from django_rl.exceptions import ConfigurationError
@@ -73,7 +74,7 @@ class ClusterMember(RedisNode):
     def record_failure(self, exc: Exception, epoch: int | None = None) -> None:
         if not isinstance(exc, AskError):  # MovedError is an AskError
             super().record_failure(exc, epoch)
-        if isinstance(exc, TOPOLOGY_ERRORS):
+        if isinstance(exc, TOPOLOGY_ERRORS) or makes_connections_stale(exc):
             backend = self._backend()
             if backend is not None:
                 backend.refresh_soon()

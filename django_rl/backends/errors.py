@@ -20,6 +20,7 @@ replies are the names of :data:`REPLIES`.
 from __future__ import annotations
 
 import logging
+import re
 from typing import NamedTuple
 
 from redis.exceptions import (
@@ -102,6 +103,33 @@ REPLIES: dict[str, Reply] = {
 _OUTAGE_REPLIES = (ReadOnlyError, ClusterDownError, TryAgainError, AskError)
 
 
+#: How Redis 6.2 wraps the error of a command a script called:
+#: ``Error running script (...): @user_script:80: @user_script: 80: -READONLY ...``
+#: (Redis 7 replies with the command's own error). redis-py then raises a plain
+#: ResponseError; the code inside says what it means.
+_WRAPPED = re.compile(r"@user_script:\s*\d+:\s*-([A-Z]+)\b")
+#: Codes that say the server cannot serve anything now, wrapped or not.
+_OUTAGE_CODES = frozenset({"READONLY", "MASTERDOWN", "LOADING", "CLUSTERDOWN", "TRYAGAIN", "BUSY"})
+_WRAPPED_KINDS = {"OOM": "oom", "NOPERM": "noperm", "WRONGTYPE": "wrongtype"}
+
+
+def wrapped_code(exc: BaseException) -> str | None:
+    """Return the error code a script's failed command answered (Redis 6.2), or ``None``."""
+    if type(exc) is not ResponseError:
+        return None
+    match = _WRAPPED.search(str(exc))
+    return match.group(1) if match is not None else None
+
+
+def makes_connections_stale(exc: BaseException) -> bool:
+    """Return whether ``exc`` says the connection reaches a demoted primary (``READONLY``).
+
+    As ``ReadOnlyError`` does, and a ``READONLY`` wrapped in a script's error
+    (Redis 6.2), which redis-py raises as a plain ResponseError.
+    """
+    return isinstance(exc, ReadOnlyError) or wrapped_code(exc) == "READONLY"
+
+
 def reply_kind(exc: BaseException) -> str | None:
     """Return the kind of an error reply of a live server, or ``None`` if ``exc`` is an outage."""
     if not isinstance(exc, ResponseError) or isinstance(exc, _OUTAGE_REPLIES):
@@ -112,6 +140,11 @@ def reply_kind(exc: BaseException) -> str | None:
         return "oom"
     if isinstance(exc, NoPermissionError):
         return "noperm"
+    wrapped = wrapped_code(exc)
+    if wrapped in _OUTAGE_CODES:
+        return None
+    if wrapped in _WRAPPED_KINDS:
+        return _WRAPPED_KINDS[wrapped]
     message = str(exc)
     if message.startswith("BUSY "):
         return None  # a script runs too long: nothing is served until it ends
@@ -140,10 +173,15 @@ def outage_kind(exc: BaseException) -> str:
         return "connection"
     if isinstance(exc, RedisTimeoutError):
         return "timeout"
-    if isinstance(exc, ReadOnlyError):
+    if makes_connections_stale(exc):
         return "readonly"
     if isinstance(exc, (ClusterDownError, TryAgainError)):
         return "cluster_down"
-    if isinstance(exc, ResponseError) and str(exc).startswith("BUSY "):
+    wrapped = wrapped_code(exc)
+    if wrapped == "LOADING":
+        return "loading"
+    if wrapped in ("MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN"):
+        return "cluster_down" if wrapped != "MASTERDOWN" else "other_outage"
+    if (isinstance(exc, ResponseError) and str(exc).startswith("BUSY ")) or wrapped == "BUSY":
         return "busy"
     return "other_outage"

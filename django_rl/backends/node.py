@@ -18,7 +18,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from django_rl.backends.capabilities import MINIMUM_VERSION, Capabilities, detect
 from django_rl.backends.clock import ClockUnavailable, ServerClock
 from django_rl.backends.connections import KeptConnectionClient, discard
-from django_rl.backends.errors import reply_kind
+from django_rl.backends.errors import makes_connections_stale, reply_kind
 from django_rl.backends.health import Health
 from django_rl.conf import get_settings
 
@@ -243,7 +243,7 @@ class RedisNode:
             if self.health.answered_with_error(exc, kind, epoch):
                 self.replace_connections()  # an outage ended, as in record_success
             return
-        if isinstance(exc, STALE_CONNECTION_ERRORS):
+        if isinstance(exc, STALE_CONNECTION_ERRORS) or makes_connections_stale(exc):
             self.replace_connections()
         self.health.failed(exc, epoch)
 
