@@ -1,5 +1,5 @@
 # make test: create .venv, install the project with its test dependencies and
-# the system programs the suite runs (redis-server, chromium, faketime), then run every test.
+# the system programs the suite runs (redis-server, chromium, faketime, openssl), then run every test.
 # make test-servers: the acceptance suites on Redis 6.2 and 8.0, Valkey 9, as
 # the least-privilege ACL user, over TLS, and with CLOCK "app" (Redis 7.0 is
 # make test's); fetches the servers it needs into .servers/ first.
@@ -17,7 +17,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-SYSTEM_PACKAGES := redis-server=redis-server redis-cli=redis-tools chromium=chromium faketime=faketime
+SYSTEM_PACKAGES := redis-server=redis-server redis-cli=redis-tools chromium=chromium faketime=faketime openssl=openssl
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 BENCH_SYSTEM_PACKAGES := redis-server=redis-server redis-benchmark=redis-tools wrk=wrk
