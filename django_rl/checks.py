@@ -31,7 +31,10 @@ Warnings about the connection (``django_rl.W031``..``W033``: no socket
 timeout, retries, a pool shared with another alias) are explained in
 :mod:`django_rl.connection_checks`; problems of a Redis Cluster or Sentinel
 connection (``django_rl.E060``, ``E061``, ``W060``, ``W061``) in
-:mod:`django_rl.topology_checks`.
+:mod:`django_rl.topology_checks`; the checks that ask the server itself
+(``django_rl.E070``..``E073``, ``W070``, ``W071``, ``I070``: its version,
+eviction policy, credentials, TLS, and a trial decision of each algorithm)
+in :mod:`django_rl.server_checks`.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from django_rl.inline import url_specs
 from django_rl.plans import is_rate_function
 from django_rl.policies import registered_policies
 from django_rl.reprs import short_repr
+from django_rl.server_checks import check_server  # noqa: F401  (registers it)
 from django_rl.topology_checks import topology_problems
 from django_rl.validation import (
     Problem,

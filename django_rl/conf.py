@@ -29,6 +29,7 @@ DEFAULTS: Mapping[str, Any] = {
     "RATELIMITED_VIEW": None,
     "DENY_CACHE_SIZE": 10_000,
     "DENY_CACHE_MAX_AGE": 60,
+    "CLOCK": "server",
 }
 
 
@@ -46,6 +47,8 @@ class Settings:
     ratelimited_view: str | None = None
     deny_cache_size: int = DEFAULTS["DENY_CACHE_SIZE"]
     deny_cache_max_age: float = DEFAULTS["DENY_CACHE_MAX_AGE"]
+    #: ``"server"``: decisions go by the Redis server's clock; ``"app"``: by this host's.
+    clock: str = "server"
 
 
 def raw_settings() -> object:
@@ -80,6 +83,7 @@ def get_settings() -> Settings:
         ratelimited_view=merged["RATELIMITED_VIEW"],
         deny_cache_size=merged["DENY_CACHE_SIZE"],
         deny_cache_max_age=merged["DENY_CACHE_MAX_AGE"],
+        clock=merged["CLOCK"],
     )
 
 

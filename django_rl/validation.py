@@ -87,6 +87,11 @@ def settings_problems(raw: object) -> list[Problem]:
         ),
         ("POLICIES", isinstance(merged["POLICIES"], Mapping), "a dict of policy name -> dict"),
         (
+            "CLOCK",
+            merged["CLOCK"] in ("server", "app"),
+            "'server' (time from the Redis server) or 'app' (from this host's clock)",
+        ),
+        (
             "DEFAULT_POLICY",
             merged["DEFAULT_POLICY"] is None or isinstance(merged["DEFAULT_POLICY"], str),
             "None or a policy name",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis import Redis
@@ -37,6 +37,9 @@ class KeptConnectionClient(Redis):
 
     _worked = False
     asking = False
+    #: Called when a connection that had worked is replaced (the server
+    #: restarted, perhaps as another version): the node learns it again.
+    on_reconnect: Callable[[], None] | None = None
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         try:
@@ -47,7 +50,7 @@ class KeptConnectionClient(Redis):
         except RedisConnectionError:
             if not self._worked:
                 raise
-            self._worked = False
+            self._reconnecting()
             if self.asking:
                 result = self._exchange([(args, options)])[0].unwrap()
             else:
@@ -124,10 +127,15 @@ class KeptConnectionClient(Redis):
         except RedisConnectionError:
             if not self._worked:
                 raise
-            self._worked = False
+            self._reconnecting()
             replies = self._run_transaction(commands)
         self._worked = True
         return replies
+
+    def _reconnecting(self) -> None:
+        self._worked = False
+        if self.on_reconnect is not None:
+            self.on_reconnect()
 
     def _run_transaction(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         # redis-py's Connection is untyped; Any keeps mypy --strict quiet about it.

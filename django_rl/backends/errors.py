@@ -29,6 +29,7 @@ are counted (``Health.errors``): outages are ``connection``, ``timeout``,
 from __future__ import annotations
 
 import logging
+import re
 from typing import NamedTuple
 
 from redis.exceptions import (
@@ -71,7 +72,7 @@ REPLIES: dict[str, Reply] = {
         logging.ERROR,
         "refuses a command to this connection's ACL user",
         "Grant the user the commands and keys django_rl uses "
-        "(docs/reliability.md, 'Error replies')",
+        "(docs/security.md, 'A Redis user of its own', gives the rule)",
     ),
     "unknown_command": Reply(
         logging.ERROR,
@@ -128,6 +129,24 @@ _OUTAGE_REPLIES = (ReadOnlyError, ClusterDownError, TryAgainError, AskError)
 _NOREPLICAS = "NOREPLICAS"
 
 
+#: How Redis 6.2 wraps the error of a command a script called:
+#: ``Error running script (...): @user_script:80: @user_script: 80: -READONLY ...``
+#: (Redis 7 replies with the command's own error). redis-py then raises a plain
+#: ResponseError; the code inside says what it means.
+_WRAPPED = re.compile(r"@user_script:\s*\d+:\s*-([A-Z]+)\b")
+#: Codes that say the server cannot serve anything now, wrapped or not.
+_OUTAGE_CODES = frozenset({"READONLY", "MASTERDOWN", "LOADING", "CLUSTERDOWN", "TRYAGAIN", "BUSY"})
+_WRAPPED_KINDS = {"OOM": "oom", "NOPERM": "noperm", "WRONGTYPE": "wrongtype"}
+
+
+def wrapped_code(exc: BaseException) -> str | None:
+    """Return the error code a script's failed command answered (Redis 6.2), or ``None``."""
+    if type(exc) is not ResponseError:
+        return None
+    match = _WRAPPED.search(str(exc))
+    return match.group(1) if match is not None else None
+
+
 def reply_kind(exc: BaseException) -> str | None:
     """Return the kind of an error reply of a live server, or ``None`` if ``exc`` is an outage."""
     if not isinstance(exc, ResponseError) or isinstance(exc, _OUTAGE_REPLIES):
@@ -138,13 +157,22 @@ def reply_kind(exc: BaseException) -> str | None:
         return "oom"
     if isinstance(exc, NoPermissionError):
         return "noperm"
+    wrapped = wrapped_code(exc)
+    if wrapped in _OUTAGE_CODES:
+        return None
+    if wrapped in _WRAPPED_KINDS:
+        return _WRAPPED_KINDS[wrapped]
     message = str(exc)
     if message.startswith("BUSY ") or message.startswith(_NOREPLICAS):
         return None  # a script runs too long, or no write can be taken: outages
     if message.startswith("WRONGTYPE"):
         return "wrongtype"
     lowered = message.lower()
-    # Checked before "script": a script's own call may be the one that failed.
+    # Checked before "script": a script's own call may be the one that failed
+    # (Redis 7 words an ACL refusal inside a script as "The user executing
+    # the script can't run this command").
+    if "no permissions" in lowered or "can't run this command" in lowered:
+        return "noperm"
     if "unknown command" in lowered or "unknown redis command" in lowered:
         return "unknown_command"
     if "wrong number of arg" in lowered or "syntax error" in lowered:
@@ -162,11 +190,16 @@ def outage_kind(exc: BaseException) -> str:
         return "connection"
     if isinstance(exc, RedisTimeoutError):
         return "timeout"
-    if isinstance(exc, ReadOnlyError):
+    if makes_connections_stale(exc):
         return "readonly"
     if isinstance(exc, (ClusterDownError, TryAgainError)):
         return "cluster_down"
-    if isinstance(exc, ResponseError) and str(exc).startswith("BUSY "):
+    wrapped = wrapped_code(exc)
+    if wrapped == "LOADING":
+        return "loading"
+    if wrapped in ("MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN"):
+        return "cluster_down" if wrapped != "MASTERDOWN" else "other_outage"
+    if (isinstance(exc, ResponseError) and str(exc).startswith("BUSY ")) or wrapped == "BUSY":
         return "busy"
     if isinstance(exc, ResponseError) and str(exc).startswith(_NOREPLICAS):
         return "noreplicas"
@@ -179,11 +212,12 @@ def makes_connections_stale(exc: BaseException) -> bool:
     The server is gone, hung, restarting, no longer the primary (``READONLY``)
     or cut off from its replicas (``NOREPLICAS``): new connections may reach
     another server (a restarted one, or a new primary behind the same address
-    or named by Sentinel).
+    or named by Sentinel). ``READONLY`` also counts wrapped in a script's
+    error (Redis 6.2), which redis-py raises as a plain ResponseError.
     """
     if isinstance(exc, (RedisConnectionError, RedisTimeoutError, ReadOnlyError)):
         return True
-    return lacks_replicas(exc)
+    return wrapped_code(exc) == "READONLY" or lacks_replicas(exc)
 
 
 def lacks_replicas(exc: BaseException) -> bool:

@@ -14,6 +14,7 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from django_rl.backends.capabilities import MINIMUM_VERSION, Capabilities, detect
 from django_rl.backends.clock import ClockUnavailable, ServerClock
 from django_rl.backends.connections import Command, KeptConnectionClient, discard
 from django_rl.backends.errors import (
@@ -24,6 +25,7 @@ from django_rl.backends.errors import (
 )
 from django_rl.backends.health import Health
 from django_rl.backends.scripts import replies_with_scripts
+from django_rl.conf import get_settings
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
@@ -36,6 +38,11 @@ logger = logging.getLogger("django_rl")
 #: Seconds between two replacements of every connection while the primary
 #: answers NOREPLICAS.
 REPLACE_INTERVAL = 0.25
+
+#: Kinds of error replies that may mean the server is not what it was taken
+#: for (another version behind the same address): its capabilities are
+#: learned again.
+RELEARN_KINDS = frozenset({"unknown_command", "wrong_arguments"})
 
 
 class RedisNode:
@@ -60,6 +67,8 @@ class RedisNode:
         self._local = threading.local()
         self.clock = ServerClock(self._read_server_time)
         self.health = Health(alias, address)
+        self._capabilities: Capabilities | None = None
+        self._capabilities_lock = threading.Lock()
         # Bumped when the connections are suspect (see record_failure); a
         # thread whose kept connection is older replaces it on its next call.
         self._generation = 0
@@ -107,6 +116,8 @@ class RedisNode:
         )
         # Its reconnections (after a broken connection) are checked too.
         client.connection.register_connect_callback(self._reached)  # type: ignore[union-attr]
+        # A restarted server may be another version: its capabilities are learned again.
+        client.on_reconnect = self.forget_capabilities
         return client
 
     def _reached(self, connection: object) -> bool:
@@ -157,16 +168,74 @@ class RedisNode:
         """Drop every thread's client (a forked child must not share its parent's sockets)."""
         self._local = threading.local()
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """Return what this server supports, asked of it on first use (see ``capabilities.py``).
+
+        Asked again after the connections were replaced (an outage ended, a
+        failover), after a kept connection was found broken and replaced (a
+        restart), and after an error reply that says a command or its
+        arguments are unknown: the address may now reach another server.
+        A server older than the minimum supported version is logged as an
+        error, once each time it is learned.
+
+        :raises redis.exceptions.RedisError: if Redis does not answer.
+        """
+        capabilities = self._capabilities
+        if capabilities is None:
+            capabilities = self._learn_capabilities()
+        return capabilities
+
+    def forget_capabilities(self) -> None:
+        """Make the next call learn the server's capabilities again."""
+        self._capabilities = None
+
+    def _learn_capabilities(self) -> Capabilities:
+        with self._capabilities_lock:  # one thread asks; the others wait for its answer
+            capabilities = self._capabilities
+            if capabilities is None:
+                capabilities = detect(self.client)
+                if not capabilities.supported:
+                    logger.error(
+                        "Redis for rate limiting (%s) is %s; django_rl supports Redis %s and "
+                        "later (and Valkey): decisions may fail or follow fail_open. "
+                        "Upgrade the server.",
+                        self.health.name,
+                        capabilities.label,
+                        ".".join(map(str, MINIMUM_VERSION[:2])),
+                    )
+                self._capabilities = capabilities
+            return capabilities
+
+    def script_time(self) -> str:
+        """Return the time argument of the Lua scripts: ``""`` (the script reads
+        ``TIME``), or this host's time in ms with ``CLOCK: "app"``."""
+        return str(time.time_ns() // 1_000_000) if self.app_clock else ""
+
     def _read_server_time(self) -> tuple[int, int]:
         seconds, microseconds = self.client.time()
         return int(seconds), int(microseconds)
 
-    def now_ms(self) -> int:
-        """Return this server's time in ms, estimated locally (see ServerClock).
+    @property
+    def app_clock(self) -> bool:
+        """Return whether decisions take time from this process (``CLOCK: "app"``).
 
-        :raises redis.exceptions.RedisError: if the clock was never measured
-            and Redis does not answer.
+        Read from the settings on each call, so that a change of them
+        (``override_settings``) applies at once; ``get_settings`` is cached.
         """
+        return get_settings().clock == "app"
+
+    def now_ms(self) -> int:
+        """Return the time decisions go by, in ms since the epoch.
+
+        With ``CLOCK: "server"`` (the default), the server's time, estimated
+        locally (see ServerClock); with ``CLOCK: "app"``, this host's clock.
+
+        :raises redis.exceptions.RedisError: if the server's clock was never
+            measured and Redis does not answer.
+        """
+        if self.app_clock:
+            return time.time_ns() // 1_000_000
         try:
             return self.clock.now_ms()
         except ClockUnavailable as exc:
@@ -252,6 +321,8 @@ class RedisNode:
         """
         kind = reply_kind(exc)
         if kind is not None:
+            if kind in RELEARN_KINDS:
+                self._capabilities = None
             if self.health.answered_with_error(exc, kind, epoch):
                 self.replace_connections()  # an outage ended, as in record_success
             return
@@ -287,6 +358,9 @@ class RedisNode:
     def replace_connections(self) -> None:
         """Make every thread replace its kept connection, and close the pool's idle ones."""
         self._generation += 1
+        # The connections may reach another server now (a failover, a restart
+        # on another version): learn what it supports again.
+        self._capabilities = None
         pooled = self._pooled
         if pooled is not None:
             # Idle ones only: closing one in use would break another thread's
