@@ -66,8 +66,13 @@ from django_rl.validation import (
 
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
 
+#: The tag of the checks that read only settings and code (no Redis): what
+#: ``manage.py ratelimit`` runs before it starts. ``manage.py check`` runs
+#: these and the server's (``server_checks.py``).
+SETTINGS_TAG = "django_rl_settings"
 
-@register()
+
+@register(SETTINGS_TAG)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     raw = raw_settings()
     problems = settings_problems(raw)

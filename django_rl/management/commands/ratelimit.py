@@ -12,12 +12,16 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
+from django_rl.checks import SETTINGS_TAG
 from django_rl.exceptions import BackendError, ConfigurationError
 from django_rl.management.subcommands import SUBCOMMANDS
 
 
 class Command(BaseCommand):
     help = "Look at the rate-limit policies and their live state in Redis, and reset it."
+    # The settings checks only: the server's (a trial hit per algorithm) would
+    # cost a round of Redis calls, or a timeout, before every subcommand.
+    requires_system_checks = (SETTINGS_TAG,)
 
     def add_arguments(self, parser: CommandParser) -> None:
         subparsers = parser.add_subparsers(
