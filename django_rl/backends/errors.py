@@ -190,6 +190,8 @@ def outage_kind(exc: BaseException) -> str:
         return "connection"
     if isinstance(exc, RedisTimeoutError):
         return "timeout"
+    if isinstance(exc, ResponseError) and str(exc).startswith(_NOREPLICAS):
+        return "noreplicas"
     if makes_connections_stale(exc):
         return "readonly"
     if isinstance(exc, (ClusterDownError, TryAgainError)):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -69,6 +70,7 @@ class RedisNode:
         self.health = Health(alias, address)
         self._capabilities: Capabilities | None = None
         self._capabilities_lock = threading.Lock()
+        self._capabilities_failed_at = -math.inf
         # Bumped when the connections are suspect (see record_failure); a
         # thread whose kept connection is older replaces it on its next call.
         self._generation = 0
@@ -191,10 +193,22 @@ class RedisNode:
         self._capabilities = None
 
     def _learn_capabilities(self) -> Capabilities:
+        asked_at = time.monotonic()
         with self._capabilities_lock:  # one thread asks; the others wait for its answer
             capabilities = self._capabilities
             if capabilities is None:
-                capabilities = detect(self.client)
+                if self._capabilities_failed_at >= asked_at:
+                    # The thread this one waited for asked, and Redis did not
+                    # answer it either: give up with it, instead of each
+                    # waiting thread paying its own timeout in turn.
+                    raise RedisConnectionError(
+                        "the Redis server could not be asked what it supports"
+                    )
+                try:
+                    capabilities = detect(self.client)
+                except BaseException:
+                    self._capabilities_failed_at = time.monotonic()
+                    raise
                 if not capabilities.supported:
                     logger.error(
                         "Redis for rate limiting (%s) is %s; django_rl supports Redis %s and "
