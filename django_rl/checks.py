@@ -44,7 +44,7 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
-from django_rl.algorithms import ALGORITHMS
+from django_rl.algorithms import ALGORITHMS, StaticAlgorithm
 from django_rl.conf import DEFAULTS, raw_settings
 from django_rl.connection_checks import connection_warnings
 from django_rl.reprs import short_repr
@@ -83,7 +83,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 found = policy_problems(name, spec, num_proxies=num_proxies)
                 problems += found
                 if not found:
-                    limits[name] = ALGORITHMS[spec["algorithm"]].from_spec(spec).limit
+                    algorithm = ALGORITHMS[spec["algorithm"]].from_spec(spec)
+                    # rate None allows any cost, and "0/<period>" denies every
+                    # request on purpose: no cost is too heavy for them (E014).
+                    if not isinstance(algorithm, StaticAlgorithm):
+                        limits[name] = algorithm.limit
                     warnings += policy_warnings(name, spec)
             problems += _reference_problems(merged["DEFAULT_POLICY"], policies, limits)
         if all(p.id != "django_rl.E051" for p in problems):  # its form is right: import it

@@ -10,7 +10,14 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.exceptions import RedisError
 
-from django_rl.algorithms import ALGORITHMS, Algorithm, Outcome, fingerprint_text
+from django_rl.algorithms import (
+    ALGORITHMS,
+    Algorithm,
+    Outcome,
+    StaticAlgorithm,
+    Unlimited,
+    fingerprint_text,
+)
 from django_rl.backends import Backend, RedisNode, get_backend
 from django_rl.conf import get_settings
 from django_rl.decision import Decision
@@ -58,6 +65,11 @@ class Policy:
         self.key_prefix = key_prefix
         self.fail_open = fail_open
         self.denials = denials
+        #: ``rate: None`` or ``"0/<period>"``: decided here, never by Redis
+        #: (``algorithms/static.py``); ``None`` for every other rate.
+        self.static = algorithm if isinstance(algorithm, StaticAlgorithm) else None
+        #: ``rate: None``: the front doors skip the policy (:meth:`hit_request`).
+        self.unlimited = isinstance(algorithm, Unlimited)
         self.fingerprint = fingerprint(fingerprint_text(algorithm))
         self._key_head, self._key_tail = key_parts(key_prefix, name, self.fingerprint)
 
@@ -77,8 +89,13 @@ class Policy:
         without Redis (see ``deny_cache.py``).
 
         :raises ValueError: if ``cost`` is not a whole number from 1 to the limit
-            (a hit heavier than the limit could never be allowed).
+            (a hit heavier than the limit could never be allowed). A policy of
+            ``rate: None`` or ``"0/<period>"`` takes any cost from 1: it
+            allows, or denies, everything alike.
         """
+        if self.static is not None:
+            _check_whole(cost)
+            return self._decision(self.static.outcome)
         self._check_cost(cost)
         key = self.key(identity)
         denials = self.denials
@@ -102,6 +119,8 @@ class Policy:
 
         :raises BackendError: if Redis cannot answer.
         """
+        if self.static is not None:
+            return self._decision(self.static.outcome)
         try:
             outcome = self.backend.run(self.key(identity), self.algorithm.peek)
         except RedisError as exc:
@@ -116,6 +135,8 @@ class Policy:
 
         :raises BackendError: if Redis cannot answer.
         """
+        if self.static is not None:
+            return 0  # no state: nothing to forget
         key = self.key(identity)
         try:
             return self.backend.run(key, self._delete)
@@ -141,20 +162,25 @@ class Policy:
         ``remaining=0`` and, as ``retry_after``, the time the policy takes to
         grant its whole limit.
 
+        A policy of ``rate: None`` applies to no request (``None``, without
+        identifying it); one of ``"0/<period>"`` denies every request it
+        applies to, whatever its cost, without Redis and without a log line.
+
         :raises ValueError: if ``cost`` is not a whole number of at least 1.
         """
+        if self.unlimited:
+            return None
         identity = self.identify(request)
         if identity is None:
             return None
-        if type(cost) is int and cost > self.limit:
+        if type(cost) is int and cost > self.limit and self.static is None:
             return self._too_heavy(cost)
         return self.hit(identity, cost)
 
     def _check_cost(self, cost: int) -> None:
         if type(cost) is int and 1 <= cost <= self.limit:
             return  # the usual case, in one test (``type`` rules out bool)
-        if type(cost) is not int or cost < 1:
-            raise ValueError(f"cost must be a whole number of at least 1, not {short_repr(cost)}")
+        _check_whole(cost)
         raise ValueError(
             f"cost {short_repr(cost)} is above the limit {self.limit} of policy {self.name!r}: "
             "such a hit could never be allowed"
@@ -182,6 +208,11 @@ class Policy:
             policy=self.name,
             degraded=True,
         )
+
+
+def _check_whole(cost: object) -> None:
+    if type(cost) is not int or cost < 1:
+        raise ValueError(f"cost must be a whole number of at least 1, not {short_repr(cost)}")
 
 
 @functools.cache

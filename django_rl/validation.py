@@ -25,6 +25,11 @@ from django_rl.reprs import short_repr
 
 #: Policy keys every algorithm accepts.
 COMMON_KEYS = frozenset({"algorithm", "key", "fail_open"})
+#: The hint of every malformed rate (django_rl.E007).
+RATE_HINT = (
+    "Write e.g. '5/m', '100/10m', '1000/hour', '100/10' (per 10 s), "
+    "'0/m' (deny every request) or None (no limit)."
+)
 #: Bounds of the deny cache settings (see ``deny_cache.py``).
 MAX_DENY_CACHE_SIZE = 1_000_000
 MAX_DENY_CACHE_MAX_AGE = 86_400
@@ -256,7 +261,7 @@ def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list
             Problem(
                 "django_rl.E007",
                 f"{where}: {exc}",
-                "Write '<count>/<period>' with period s, m, h or d, e.g. '5/m' or '100/10m'.",
+                RATE_HINT,
             )
         )
     except ParameterError as exc:
