@@ -252,7 +252,7 @@ def get_policy(name: str) -> Policy:
     return Policy(
         name,
         ALGORITHMS[spec["algorithm"]].from_spec(spec),
-        resolve_identity(spec.get("key", "user_or_ip"), num_proxies=settings.num_proxies),
+        resolve_identity(spec.get("key", "user_or_ip"), addresses=settings.addresses),
         get_backend(settings.connection),
         key_prefix=settings.key_prefix,
         fail_open=spec.get("fail_open", settings.fail_open),
