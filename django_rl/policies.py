@@ -91,7 +91,7 @@ class Policy:
         :raises ValueError: if ``cost`` is not a whole number from 1 to the limit
             (a hit heavier than the limit could never be allowed). A policy of
             ``rate: None`` or ``"0/<period>"`` takes any cost from 1: it
-            allows, or denies, everything alike.
+            allows (``limit`` 0: no limit applies), or denies, everything alike.
         """
         if self.static is not None:
             _check_whole(cost)

@@ -102,7 +102,7 @@ def test_a_cost_above_every_limit_is_no_error_for_none_or_zero(settings, caplog)
 
 def test_programmatic_hits_of_none_and_zero():
     off, blocked = get_policy("off"), get_policy("blocked_bucket")
-    everything = Decision(True, MAX_COUNT, MAX_COUNT, 0.0, 0.0, "off")
+    everything = Decision(True, 0, 0, 0.0, 0.0, "off")
     nothing = Decision(False, 0, 0, 10.0, 10.0, "blocked_bucket")
     assert [off.hit("ip:192.0.2.1"), off.hit("ip:192.0.2.1", cost=MAX_COUNT + 1)] == [
         everything
@@ -113,7 +113,7 @@ def test_programmatic_hits_of_none_and_zero():
     assert (off.reset("ip:192.0.2.1"), blocked.reset("ip:192.0.2.1")) == (0, 0)
     assert (off.algorithm.name, off.limit, repr(off)) == (
         "unlimited",
-        MAX_COUNT,
+        0,
         "<Policy 'off': unlimited>",
     )
     assert (blocked.algorithm.name, blocked.limit) == ("deny_all", 0)

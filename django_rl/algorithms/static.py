@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django_rl.algorithms.base import Outcome, Reading, ReadReplies
-from django_rl.rates import MAX_COUNT, Rate, RateError, parse_rate
+from django_rl.rates import Rate, RateError, parse_rate
 from django_rl.reprs import short_repr
 
 if TYPE_CHECKING:
@@ -84,7 +84,8 @@ class Unlimited(StaticAlgorithm):
     """``rate: None``: every hit is allowed.
 
     Its Decisions (of ``hit`` and ``peek``, not of the front doors, which skip
-    it) say ``limit`` and ``remaining`` :data:`MAX_COUNT`: the most any rate allows.
+    it) say ``limit`` and ``remaining`` 0: no limit applies, so nothing is
+    counted down (as when a per-plan rate function returns ``None``).
     """
 
     name: ClassVar[str] = "unlimited"
@@ -92,12 +93,11 @@ class Unlimited(StaticAlgorithm):
     rate = None
 
     def __init__(self) -> None:
-        super().__init__(Outcome(True, MAX_COUNT, 0, 0))
+        super().__init__(Outcome(True, 0, 0, 0))
 
     @property
     def limit(self) -> int:
-        # The most any rate can allow: costs up to it are accepted, as by any policy.
-        return MAX_COUNT
+        return 0  # no quota; any cost is allowed (Policy does not check it against this)
 
     @property
     def description(self) -> str:
