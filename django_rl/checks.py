@@ -23,9 +23,9 @@ django_rl.E041  DENY_CACHE_MAX_AGE is not a number of seconds in (0, 86400]
 django_rl.E050  HEADERS is not "ietf", "legacy", "both" or None
 django_rl.E051  RATELIMITED_VIEW is not the dotted path of a sync view
 django_rl.E052  a DRF view's throttle_policies is not a list of names
-django_rl.E070  IP_META_KEY is not None, a request.META key or a usable function
-django_rl.E071  IPV4_PREFIX is not a whole number from 1 to 32
-django_rl.E072  IPV6_PREFIX is not a whole number from 1 to 128
+django_rl.E080  IP_META_KEY is not None, a request.META key or a usable function
+django_rl.E081  IPV4_PREFIX is not a whole number from 1 to 32
+django_rl.E082  IPV6_PREFIX is not a whole number from 1 to 128
 =============== ==========================================================
 
 ``django_rl.W020`` warns about a ``sliding_log`` whose log can take more
@@ -96,7 +96,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             problems += _reference_problems(merged["DEFAULT_POLICY"], policies, limits)
         if all(p.id != "django_rl.E051" for p in problems):  # its form is right: import it
             problems += ratelimited_view_problems(merged["RATELIMITED_VIEW"])
-        if all(p.id != "django_rl.E070" for p in problems):
+        if all(p.id != "django_rl.E080" for p in problems):
             problems += ip_meta_key_problems(merged["IP_META_KEY"])
     return [Error(p.msg, hint=p.hint, id=p.id) for p in problems] + [
         Warning(w.msg, hint=w.hint, id=w.id) for w in warnings

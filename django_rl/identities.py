@@ -201,7 +201,7 @@ class ClientAddress:
     identity of its own text, and never an error.
 
     :raises ConfigurationError: when built, if ``meta_key`` is a dotted path
-        that does not import or is not callable (``django_rl.E070``).
+        that does not import or is not callable (``django_rl.E080``).
     """
 
     __slots__ = ("ipv4_prefix", "ipv6_prefix", "meta_function", "meta_key", "num_proxies")
@@ -263,12 +263,12 @@ def _import_meta_function(path: str) -> Callable[[Any], object]:
     except ImportError as exc:
         raise ConfigurationError(
             f"DJANGO_RL['IP_META_KEY'] {short_repr(path)} could not be imported: {exc}",
-            check_id="django_rl.E070",
+            check_id="django_rl.E080",
         ) from exc
     if not callable(function):
         raise ConfigurationError(
             f"DJANGO_RL['IP_META_KEY'] {short_repr(path)} is not callable",
-            check_id="django_rl.E070",
+            check_id="django_rl.E080",
         )
     result: Callable[[Any], object] = function
     return result
@@ -362,7 +362,7 @@ def resolve_identity(
         ``header:``, ``get:`` or ``post:`` spec with a bad name, or a dotted
         path that does not import or is not callable.
     :raises ConfigurationError: if ``addresses.meta_key`` names a function
-        that cannot be used (``django_rl.E070``) and the key needs it.
+        that cannot be used (``django_rl.E080``) and the key needs it.
     """
     if not isinstance(spec, str) or not spec:
         raise IdentitySpecError(f"key must be a non-empty string, not {short_repr(spec)}")

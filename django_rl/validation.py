@@ -118,8 +118,8 @@ def settings_problems(raw: object) -> list[Problem]:
 
 #: The prefix settings: (IP version, most bits, check id, what the default means).
 PREFIXES = {
-    "IPV4_PREFIX": (4, 32, "django_rl.E071", "32, the default: each address; 24: each /24"),
-    "IPV6_PREFIX": (6, 128, "django_rl.E072", "64, the default: each /64; 128: each address"),
+    "IPV4_PREFIX": (4, 32, "django_rl.E081", "32, the default: each address; 24: each /24"),
+    "IPV6_PREFIX": (6, 128, "django_rl.E082", "64, the default: each /64; 128: each address"),
 }
 
 
@@ -161,7 +161,7 @@ def ip_meta_key_problems(value: object, *, resolve: bool = True) -> list[Problem
         return []
     if not isinstance(value, str):
         if not callable(value):
-            return [Problem("django_rl.E070", f"{where} is {shown}", hint)]
+            return [Problem("django_rl.E080", f"{where} is {shown}", hint)]
         function = value
     elif "." not in value:
         if META_KEY.fullmatch(value):
@@ -173,7 +173,7 @@ def ip_meta_key_problems(value: object, *, resolve: bool = True) -> list[Problem
             else:
                 meta_key = "HTTP_" + meta_key
                 hint = f"request.META keys are upper case: the header {shown} is {meta_key!r}."
-        return [Problem("django_rl.E070", f"{where} {shown} is not a request.META key", hint)]
+        return [Problem("django_rl.E080", f"{where} {shown} is not a request.META key", hint)]
     elif not resolve:
         return []
     else:
@@ -181,12 +181,12 @@ def ip_meta_key_problems(value: object, *, resolve: bool = True) -> list[Problem
             function = import_string(value)
         except ImportError as exc:
             return [
-                Problem("django_rl.E070", f"{where} {shown} could not be imported: {exc}", hint)
+                Problem("django_rl.E080", f"{where} {shown} could not be imported: {exc}", hint)
             ]
         if not callable(function):
-            return [Problem("django_rl.E070", f"{where} {shown} is not callable", hint)]
+            return [Problem("django_rl.E080", f"{where} {shown} is not callable", hint)]
     if iscoroutinefunction(function):
-        return [Problem("django_rl.E070", f"{where} {shown} is an async function", hint)]
+        return [Problem("django_rl.E080", f"{where} {shown} is an async function", hint)]
     return []
 
 

@@ -414,7 +414,7 @@ V6_HINT = (
                 "DJANGO_RL['IP_META_KEY'] 'CF-Connecting-IP' is not a request.META key",
                 hint="request.META keys are upper case: the header 'CF-Connecting-IP' is "
                 "'HTTP_CF_CONNECTING_IP'.",
-                id="django_rl.E070",
+                id="django_rl.E080",
             ),
         ),
         (
@@ -422,7 +422,7 @@ V6_HINT = (
             Error(
                 "DJANGO_RL['IP_META_KEY'] 'http_x_real_ip' is not a request.META key",
                 hint="request.META keys are upper case: 'HTTP_X_REAL_IP'.",
-                id="django_rl.E070",
+                id="django_rl.E080",
             ),
         ),
         (
@@ -430,7 +430,7 @@ V6_HINT = (
             Error(
                 "DJANGO_RL['IP_META_KEY'] 'X Real IP' is not a request.META key",
                 hint=META_HINT,
-                id="django_rl.E070",
+                id="django_rl.E080",
             ),
         ),
         (
@@ -438,12 +438,12 @@ V6_HINT = (
             Error(
                 "DJANGO_RL['IP_META_KEY'] '' is not a request.META key",
                 hint=META_HINT,
-                id="django_rl.E070",
+                id="django_rl.E080",
             ),
         ),
         (
             {"IP_META_KEY": 5},
-            Error("DJANGO_RL['IP_META_KEY'] is 5", hint=META_HINT, id="django_rl.E070"),
+            Error("DJANGO_RL['IP_META_KEY'] is 5", hint=META_HINT, id="django_rl.E080"),
         ),
         (
             {"IP_META_KEY": "tests.nowhere.address"},
@@ -451,7 +451,7 @@ V6_HINT = (
                 "DJANGO_RL['IP_META_KEY'] 'tests.nowhere.address' could not be imported: "
                 "No module named 'tests.nowhere'",
                 hint=META_HINT,
-                id="django_rl.E070",
+                id="django_rl.E080",
             ),
         ),
         (
@@ -459,7 +459,7 @@ V6_HINT = (
             Error(
                 "DJANGO_RL['IP_META_KEY'] 'tests.test_checks.NOT_CALLABLE' is not callable",
                 hint=META_HINT,
-                id="django_rl.E070",
+                id="django_rl.E080",
             ),
         ),
         (
@@ -468,20 +468,20 @@ V6_HINT = (
                 "DJANGO_RL['IP_META_KEY'] 'tests.test_checks.an_async_address' is an async "
                 "function",
                 hint=META_HINT,
-                id="django_rl.E070",
+                id="django_rl.E080",
             ),
         ),
         *(
             (
                 {"IPV4_PREFIX": value},
-                Error(f"DJANGO_RL['IPV4_PREFIX'] is {value!r}", hint=V4_HINT, id="django_rl.E071"),
+                Error(f"DJANGO_RL['IPV4_PREFIX'] is {value!r}", hint=V4_HINT, id="django_rl.E081"),
             )
             for value in (0, 33, -1, True, "24", 24.0, None)
         ),
         *(
             (
                 {"IPV6_PREFIX": value},
-                Error(f"DJANGO_RL['IPV6_PREFIX'] is {value!r}", hint=V6_HINT, id="django_rl.E072"),
+                Error(f"DJANGO_RL['IPV6_PREFIX'] is {value!r}", hint=V6_HINT, id="django_rl.E082"),
             )
             for value in (0, 129, False, "64", 64.0)
         ),
@@ -520,7 +520,7 @@ def test_bad_address_settings_used_anyway_raise_configuration_errors(settings):
         "IP_META_KEY": "tests.nowhere.address",
         "POLICIES": {"by_ip": {**GOOD, "key": "ip"}, "by_user": {**GOOD, "key": "user"}},
     }
-    with pytest.raises(ConfigurationError, match=r"could not be imported.*django_rl\.E070"):
+    with pytest.raises(ConfigurationError, match=r"could not be imported.*django_rl\.E080"):
         get_policy("by_ip")
     assert get_policy("by_user").name == "by_user"
 

@@ -311,12 +311,12 @@ def test_an_ip_meta_key_function_returning_no_str_says_so():
             "tests.test_identities.nowhere",
             "DJANGO_RL['IP_META_KEY'] 'tests.test_identities.nowhere' could not be imported: "
             'Module "tests.test_identities" does not define a "nowhere" attribute/class '
-            "(django_rl.E070)",
+            "(django_rl.E080)",
         ),
         (
             "tests.test_identities.NOT_CALLABLE",
             "DJANGO_RL['IP_META_KEY'] 'tests.test_identities.NOT_CALLABLE' is not callable "
-            "(django_rl.E070)",
+            "(django_rl.E080)",
         ),
     ],
 )
