@@ -1,5 +1,8 @@
 # make test: create .venv, install the project with its test dependencies and
-# the system programs the suite runs (redis-server, chromium, faketime), then run every test.
+# the system programs the suite runs (redis-server, chromium, faketime, openssl), then run every test.
+# make test-servers: the acceptance suites on Redis 6.2 and 8.0, Valkey 9, as
+# the least-privilege ACL user, over TLS, and with CLOCK "app" (Redis 7.0 is
+# make test's); fetches the servers it needs into .servers/ first.
 # make lint: ruff (lint and format) and mypy --strict over django_rl/.
 # make matrix: the test suite under every Django x Python pair of tox.ini.
 # make demo: the example site on 127.0.0.1:8000 with its own Redis (or REDIS_URL).
@@ -14,15 +17,18 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-SYSTEM_PACKAGES := redis-server=redis-server redis-cli=redis-tools chromium=chromium faketime=faketime
+SYSTEM_PACKAGES := redis-server=redis-server redis-cli=redis-tools chromium=chromium faketime=faketime openssl=openssl
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 BENCH_SYSTEM_PACKAGES := redis-server=redis-server redis-benchmark=redis-tools wrk=wrk
 
-.PHONY: test lint matrix demo bench venv system-packages clean bench-admin bench-scaling screenshot
+.PHONY: test test-servers lint matrix demo bench venv system-packages clean bench-admin bench-scaling screenshot
 
 test: venv system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-servers: venv system-packages
+	PYTHON=$(BIN)/python scripts/test-servers.sh
 
 venv: $(STAMP)
 

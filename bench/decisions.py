@@ -5,7 +5,8 @@
 Starts its own redis-server on a free port (and stops it), then measures:
 
 1. speed: µs per allowed decision (median of interleaved rounds, p25-p75),
-   ratio to PING and to the row's raw floor, commands and round trips;
+   ratio to PING and to the row's raw floor, commands and round trips; and
+   an inline policy (``@ratelimit(rate=...)``) against the named one (ratio);
 2. memory per identity after 100 hits at a limit of 100 (``MEMORY USAGE``);
 3. a flood from one denied client, with and without the local deny cache;
 4. over-admission: 8 threads (800 attempts) and 4 processes (400 attempts)
@@ -26,8 +27,14 @@ from importlib import metadata
 from typing import Any
 
 from bench.flood import flood, flood_rows
-from bench.limiters import LIMITERS, Limiter
-from bench.measure import commands_and_round_trips, interleaved, memory_per_identity, ratio
+from bench.limiters import INLINE_ROW, LIMITERS, NAMED_ROW, Limiter
+from bench.measure import (
+    alternating,
+    commands_and_round_trips,
+    interleaved,
+    memory_per_identity,
+    ratio,
+)
 from bench.overadmission import over_admission
 from bench.report import bench_parser, check_targets, finish, print_table
 from tests.redis_server import RedisServer
@@ -75,7 +82,7 @@ def run(server: RedisServer, *, rounds: int, batch: int) -> dict[str, Any]:
     results: dict[str, Any] = {"environment": environment(admin, rounds, batch)}
     print_environment(results["environment"])
 
-    results["speed"] = speed(admin, rounds=rounds, batch=batch)
+    results["speed"], results["inline_vs_named"] = speed(admin, rounds=rounds, batch=batch)
     results["memory"] = memory(admin)
     wait_for_a_fresh_hour(admin)
     results["flood"] = flood(admin, rounds=rounds, batch=batch * 5)
@@ -130,7 +137,14 @@ def print_environment(env: dict[str, Any]) -> None:
     print(f"{env['rounds']} interleaved rounds of {env['batch']} decisions per row")
 
 
-def speed(admin: Any, *, rounds: int, batch: int) -> dict[str, Any]:
+def speed(admin: Any, *, rounds: int, batch: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return the speed of every row, and the inline policy's cost against the named one's.
+
+    The inline and the named ``@ratelimit`` rows run the same fixed window at
+    the same rate; timed again alone, decision by decision (each call's row
+    drawn at random), the ratio of their medians is the cost of an inline
+    policy per decision.
+    """
     addresses = [f"10.{i // 65536}.{i // 256 % 256}.{i % 256}" for i in range(POPULATION)]
     rows = {limiter.name: limiter.build(1_000_000, addresses) for limiter in LIMITERS}
     samples = interleaved(rows, rounds=rounds, batch=batch, population=POPULATION)
@@ -163,7 +177,42 @@ def speed(admin: Any, *, rounds: int, batch: int) -> dict[str, Any]:
         ],
         [_speed_row(name, row) for name, row in results.items()],
     )
-    return results
+    # The two rows alone, decision by decision, each call's row drawn at
+    # random: where a row's batch sits among the others of a round (after a
+    # peer that leaves the caches cold, right after a collection) moves a
+    # ratio of batches by a few percent on a busy machine.
+    pair = alternating(
+        {name: rows[name] for name in (NAMED_ROW, INLINE_ROW)},
+        decisions=2 * rounds * batch,
+        population=POPULATION,
+    )
+    alone = {name: pair[name].summary() for name in pair}
+    inline = {
+        "inline": INLINE_ROW,
+        "named": NAMED_ROW,
+        "ratio": alone[INLINE_ROW]["median_us"] / alone[NAMED_ROW]["median_us"],
+        "cpu_ratio": alone[INLINE_ROW]["cpu_median_us"] / alone[NAMED_ROW]["cpu_median_us"],
+        "ratio_in_the_table": ratio(samples, INLINE_ROW, NAMED_ROW),
+        "inline_alone_median_us": alone[INLINE_ROW]["median_us"],
+        "named_alone_median_us": alone[NAMED_ROW]["median_us"],
+        "inline_alone_cpu_us": alone[INLINE_ROW]["cpu_median_us"],
+        "named_alone_cpu_us": alone[NAMED_ROW]["cpu_median_us"],
+        "decisions_alone": 2 * rounds * batch,
+        "inline_median_us": results[INLINE_ROW]["median_us"],
+        "named_median_us": results[NAMED_ROW]["median_us"],
+        "inline_round_trips": results[INLINE_ROW]["round_trips"],
+        "named_round_trips": results[NAMED_ROW]["round_trips"],
+    }
+    print(
+        f"\nInline policy vs named one (@ratelimit), {inline['decisions_alone']:,} decisions "
+        f"drawn at random between the two: {inline['ratio']:.3f}x "
+        f"({inline['inline_alone_median_us']:.1f} vs {inline['named_alone_median_us']:.1f} µs "
+        f"median), CPU {inline['cpu_ratio']:.3f}x ({inline['inline_alone_cpu_us']:.1f} vs "
+        f"{inline['named_alone_cpu_us']:.1f} µs); in the table above "
+        f"{inline['ratio_in_the_table']:.3f}x; "
+        f"{inline['inline_round_trips']:g} vs {inline['named_round_trips']:g} round trips"
+    )
+    return results, inline
 
 
 def _speed_row(name: str, row: dict[str, Any]) -> list[str]:

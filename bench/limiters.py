@@ -13,7 +13,9 @@ Rows:
   script by EVALSHA, or its MULTI pipeline) on that client with the keys
   ``Policy.hit`` uses, so the ratio to it is django_rl's own Python work;
 * django_rl: each algorithm through ``Policy.hit``, through ``@ratelimit`` on
-  a RequestFactory request, and through DRF's ``PolicyThrottle``;
+  a RequestFactory request, and through DRF's ``PolicyThrottle``; and the
+  fixed window as an inline policy (``@ratelimit(rate=...)``), to set beside
+  the named one;
 * peers: DRF's ``AnonRateThrottle`` (a ``SimpleRateThrottle``) on
   django-redis, django-ratelimit's ``is_ratelimited`` on django-redis, limits'
   three Redis strategies, django-smart-ratelimit's Redis backend.
@@ -188,6 +190,18 @@ def decorator(algorithm: str) -> Build:
     return build
 
 
+def inline_decorator(limit: int, addresses: Sequence[str]) -> Decide:
+    """``@ratelimit(rate=...)``: the same fixed window as the named row, a policy of its own."""
+    from django.http import HttpResponse
+
+    from django_rl.decorators import ratelimit
+
+    ok = HttpResponse("ok")
+    view = ratelimit(rate=f"{limit}/h", key="ip", group=f"bench-{limit}")(lambda request: ok)
+    requests = requests_for(addresses)
+    return lambda i: view(requests[i]) is ok
+
+
 def policy_throttle(algorithm: str) -> Build:
     def build(limit: int, addresses: Sequence[str]) -> Decide:
         from django_rl.throttling import PolicyThrottle
@@ -223,6 +237,9 @@ LIMITERS: list[Limiter] = [
         f"{RAW['token_bucket']}, pooled client", "floor", raw_script("token_bucket", pooled=True)
     ),
 ]
+#: The inline row, and the named row it is compared with in the same run.
+INLINE_ROW = "fixed_window: @ratelimit(rate=...) inline"
+NAMED_ROW = "fixed_window: @ratelimit"
 for _algorithm in ALGORITHMS:
     LIMITERS += [
         Limiter(f"{_algorithm}: Policy.hit", "django_rl", policy_hit(_algorithm), RAW[_algorithm]),
@@ -234,6 +251,8 @@ for _algorithm in ALGORITHMS:
             RAW[_algorithm],
         ),
     ]
+    if _algorithm == "fixed_window":
+        LIMITERS.append(Limiter(INLINE_ROW, "django_rl", inline_decorator, RAW[_algorithm]))
 LIMITERS += [
     Limiter("DRF AnonRateThrottle (django-redis)", "peer", drf_throttle),
     Limiter("django-ratelimit is_ratelimited (django-redis)", "peer", django_ratelimit),

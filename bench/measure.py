@@ -82,6 +82,34 @@ def interleaved(
     return samples
 
 
+def alternating(
+    rows: Mapping[str, Decide], *, decisions: int, population: int, seed: int = 7
+) -> dict[str, Samples]:
+    """Time single decisions of ``rows``, each call's row drawn at random.
+
+    For rows to be compared with each other alone: every decision of one row
+    has decisions of the others just before and after it, so what the machine
+    does meanwhile (other processes, a cold cache after a collection) falls on
+    them alike. ``Samples`` hold one decision's µs each.
+    """
+    names = list(rows)
+    draw = random.Random(seed).randrange
+    samples = {name: Samples([], []) for name in rows}
+    for decide in rows.values():  # connect, load scripts, warm caches
+        for i in range(min(population, 50)):
+            decide(i)
+    for k in range(decisions):
+        name = names[draw(len(names))]
+        decide = rows[name]
+        wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
+        decide(k % population)
+        cpu = time.thread_time_ns() - cpu
+        wall = time.perf_counter_ns() - wall
+        samples[name].wall.append(wall / 1000)
+        samples[name].cpu.append(cpu / 1000)
+    return samples
+
+
 def ratio(samples: Mapping[str, Samples], row: str, base: str) -> float:
     """Return the median over rounds of row / base (same round, moments apart)."""
     pairs = zip(samples[row].wall, samples[base].wall, strict=True)

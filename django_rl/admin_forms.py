@@ -8,7 +8,7 @@ from django import forms
 from django.http import QueryDict
 
 from django_rl.inspection import FIRST_PAGE, MAX_PAGE_SIZE, PAGE_SIZE, Query
-from django_rl.keys import SAFE_NAME, STORED_IDENTITY, KeyIdentity
+from django_rl.keys import POLICY_NAME, STORED_IDENTITY, KeyIdentity
 
 EXACT = "exact"
 PREFIX = "prefix"
@@ -60,7 +60,7 @@ def parse_selector(value: str) -> tuple[str, KeyIdentity]:
     :raises forms.ValidationError: if it is not one.
     """
     policy, _, identity = value.partition(":")
-    if not SAFE_NAME.fullmatch(policy) or not STORED_IDENTITY.fullmatch(identity):
+    if not POLICY_NAME.fullmatch(policy) or not STORED_IDENTITY.fullmatch(identity):
         raise forms.ValidationError(f"{value!r} does not name a counter")
     return policy, KeyIdentity(identity)
 

@@ -23,7 +23,6 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_rl.admin_forms import QueryForm, ResetForm
-from django_rl.conf import get_settings
 from django_rl.exceptions import BackendError, ConfigurationError, UnknownPolicy
 from django_rl.inspection import (
     FIRST_PAGE,
@@ -33,7 +32,7 @@ from django_rl.inspection import (
     operator_identity,
     reset_everywhere,
 )
-from django_rl.policies import get_policy
+from django_rl.policies import policies_named, policy_names
 
 if TYPE_CHECKING:
     from django_rl.admin import LiveCounterAdmin
@@ -81,6 +80,7 @@ def data(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
             "examined": listed.examined,
             "keys_in_redis": listed.keys_in_redis,
             "skipped": listed.skipped,
+            "unavailable": list(listed.unavailable),
             "updated": timezone.now().isoformat(),
             "tbody": render_to_string(TEMPLATES + "rows.html", context, request),
             "summary": render_to_string(TEMPLATES + "summary.html", context, request),
@@ -91,8 +91,9 @@ def data(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
 def reset(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
     """Ask for confirmation, then reset the selected rows and/or one identity everywhere.
 
-    Rows go through ``Policy.reset`` of their policy; an identity is reset
-    under every configured policy (``inspection.reset_everywhere``).
+    Rows go through ``Policy.reset`` of their policy (every rate; every
+    policy of an inline group); an identity is reset under every policy
+    (``inspection.reset_everywhere``).
     """
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
@@ -118,7 +119,7 @@ def reset(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
         }
         return TemplateResponse(request, TEMPLATES + "reset_confirmation.html", context)
     try:
-        deleted = sum(get_policy(name).reset(who) for name, who in rows)
+        deleted = sum(policy.reset(who) for name, who in rows for policy in policies_named(name))
         everywhere = reset_everywhere(operator_identity(identity)) if identity else {}
     except (BackendError, ConfigurationError) as exc:
         messages.error(request, f"Nothing more was reset: {exc}")
@@ -173,7 +174,7 @@ def _fragments_context(
 
 def _policy_names() -> list[str]:
     try:
-        return sorted(get_settings().policies)
+        return policy_names()
     except ConfigurationError:
         return []
 

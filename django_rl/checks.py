@@ -34,7 +34,10 @@ Warnings about the connection (``django_rl.W031``..``W033``: no socket
 timeout, retries, a pool shared with another alias) are explained in
 :mod:`django_rl.connection_checks`; problems of a Redis Cluster or Sentinel
 connection (``django_rl.E060``, ``E061``, ``W060``, ``W061``) in
-:mod:`django_rl.topology_checks`.
+:mod:`django_rl.topology_checks`; the checks that ask the server itself
+(``django_rl.E070``..``E073``, ``W070``, ``W071``, ``I070``: its version,
+eviction policy, credentials, TLS, and a trial decision of each algorithm)
+in :mod:`django_rl.server_checks`.
 """
 
 from __future__ import annotations
@@ -50,7 +53,11 @@ from django.utils.module_loading import import_string
 from django_rl.algorithms import ALGORITHMS, StaticAlgorithm
 from django_rl.conf import DEFAULTS, raw_settings
 from django_rl.connection_checks import connection_warnings
+from django_rl.inline import url_specs
+from django_rl.plans import is_rate_function
+from django_rl.policies import registered_policies
 from django_rl.reprs import short_repr
+from django_rl.server_checks import check_server  # noqa: F401  (registers it)
 from django_rl.topology_checks import topology_problems
 from django_rl.validation import (
     Problem,
@@ -82,18 +89,29 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         policies = merged["POLICIES"]
         if isinstance(policies, Mapping):
             num_proxies = merged["NUM_PROXIES"] if type(merged["NUM_PROXIES"]) is int else 0
+            # Policies registered in code, then those of settings (which win).
+            specs: dict[Any, tuple[Any, str | None]] = {
+                name: (spec, f"register_policy({name!r})")
+                for name, spec in registered_policies().items()
+            }
+            specs.update((name, (spec, None)) for name, spec in policies.items())
             limits = {}
-            for name, spec in policies.items():
-                found = policy_problems(name, spec, num_proxies=num_proxies)
+            for name, (spec, where) in specs.items():
+                found = policy_problems(name, spec, num_proxies=num_proxies, where=where)
                 problems += found
                 if not found:
-                    algorithm = ALGORITHMS[spec["algorithm"]].from_spec(spec)
+                    algorithm = None
+                    if not is_rate_function(spec.get("rate")):  # per-plan: known per request
+                        algorithm = ALGORITHMS[spec["algorithm"]].from_spec(spec)
                     # rate None allows any cost, and "0/<period>" denies every
                     # request on purpose: no cost is too heavy for them (E014).
-                    if not isinstance(algorithm, StaticAlgorithm):
+                    if algorithm is not None and not isinstance(algorithm, StaticAlgorithm):
                         limits[name] = algorithm.limit
-                    warnings += policy_warnings(name, spec)
-            problems += _reference_problems(merged["DEFAULT_POLICY"], policies, limits)
+                    warnings += policy_warnings(name, spec, where=where)
+            problems += _reference_problems(merged["DEFAULT_POLICY"], specs, limits)
+            inline_problems, inline_warnings = _inline_problems(num_proxies)
+            problems += inline_problems
+            warnings += inline_warnings
         if all(p.id != "django_rl.E051" for p in problems):  # its form is right: import it
             problems += ratelimited_view_problems(merged["RATELIMITED_VIEW"])
         if all(p.id != "django_rl.E080" for p in problems):
@@ -101,6 +119,25 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     return [Error(p.msg, hint=p.hint, id=p.id) for p in problems] + [
         Warning(w.msg, hint=w.hint, id=w.id) for w in warnings
     ]
+
+
+def _inline_problems(num_proxies: int) -> tuple[list[Problem], list[Problem]]:
+    """Return the problems and warnings of the inline policies of the URLconf's views.
+
+    What the decorator could judge alone it judged when applied; what is left
+    is what needs imports (a key or rate function's dotted path).
+    """
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
+    for spec, views in url_specs().items():
+        where = f"@ratelimit(rate={spec.rate_text!r}) of view {', '.join(map(repr, views))}"
+        found = policy_problems(
+            spec.name, spec.policy_spec(), num_proxies=num_proxies, where=where, inline=True
+        )
+        problems += found
+        if not found:
+            warnings += policy_warnings(spec.name, spec.policy_spec(), where=where)
+    return problems, warnings
 
 
 def _connection_problems(alias: object) -> list[Problem]:

@@ -33,6 +33,7 @@ DEFAULTS: Mapping[str, Any] = {
     "RATELIMITED_VIEW": None,
     "DENY_CACHE_SIZE": 10_000,
     "DENY_CACHE_MAX_AGE": 60,
+    "CLOCK": "server",
 }
 
 
@@ -53,6 +54,8 @@ class Settings:
     ip_meta_key: object = None
     ipv4_prefix: int = DEFAULTS["IPV4_PREFIX"]
     ipv6_prefix: int = DEFAULTS["IPV6_PREFIX"]
+    #: ``"server"``: decisions go by the Redis server's clock; ``"app"``: by this host's.
+    clock: str = "server"
 
     @property
     def addresses(self) -> AddressSettings:
@@ -97,6 +100,7 @@ def get_settings() -> Settings:
         ip_meta_key=merged["IP_META_KEY"],
         ipv4_prefix=merged["IPV4_PREFIX"],
         ipv6_prefix=merged["IPV6_PREFIX"],
+        clock=merged["CLOCK"],
     )
 
 

@@ -23,6 +23,10 @@ class Decision:
     :ivar policy: the policy's name.
     :ivar degraded: ``True`` when Redis could not be reached and the decision
         follows ``FAIL_OPEN`` instead of a count.
+    :ivar window: seconds the policy's rate takes to grant its whole limit
+        (``w`` of the ``RateLimit-Policy`` header), for the rate that decided:
+        a policy whose rate depends on the request (per-plan rates) has one
+        per rate. ``None`` when unknown.
     """
 
     allowed: bool
@@ -32,6 +36,7 @@ class Decision:
     reset_after: float
     policy: str
     degraded: bool = False
+    window: int | None = None
 
     @property
     def retry_after_header(self) -> int:

@@ -1,11 +1,13 @@
-"""``@ratelimit``: rate-limit a Django view with named policies.
+"""``@ratelimit``: rate-limit a Django view with named policies, or one of its own.
 
 Arguments that can be judged alone are judged when the decorator is applied:
 ``methods`` must be a list of HTTP method names, ``cost`` a whole number of
-at least 1. What depends on the settings (a policy that does not exist, a
-cost above a policy's limit) is reported by ``manage.py check``
-(``django_rl.E013``, ``E014``); a cost above the limit used anyway is denied
-with 429, never an error.
+at least 1, an inline policy's rate, algorithm and key well formed (a cost
+above an inline rate's limit is refused too). What depends on the settings
+(a policy that does not exist, a cost above a named policy's limit, a dotted
+path that does not import) is reported by ``manage.py check``
+(``django_rl.E013``, ``E014``, ``E007``, ``E011``); a cost above the limit
+used anyway is denied with 429, never an error.
 
 Async views: the decision (identity function, Redis round trip, and the 429
 if one is due) runs in ``sync_to_async`` with ``thread_sensitive=True``, off
@@ -17,7 +19,8 @@ code, with the same database connection. Only the header formatting runs on
 the loop. See docs/http.md for the measurements behind this choice.
 
 DRF views (an ``APIView`` class, ``@api_view``, ``as_view()``) decide once DRF
-has authenticated the request: see ``drf_views.py``.
+has authenticated the request: see ``drf_views.py``. The deciding itself is
+``engine.py``'s, shared with ``PolicyThrottle``.
 """
 
 from __future__ import annotations
@@ -25,17 +28,18 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse
 
-from django_rl.decision import Decision
+from django_rl import engine, inline
+from django_rl.engine import Limit
 from django_rl.exceptions import RateLimited
-from django_rl.headers import record, recorded, write_headers
-from django_rl.policies import get_policy
+from django_rl.headers import recorded, write_headers
+from django_rl.plans import is_rate_function
+from django_rl.rates import parse_rate
 from django_rl.reprs import short_repr
 from django_rl.responses import too_many_requests
 
@@ -47,52 +51,29 @@ HTTP_METHODS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Limit:
-    """One use of ``@ratelimit``: the policies it names, a request's weight, what counts.
-
-    :ivar methods: the methods counted (HEAD wherever GET is: Django answers
-        HEAD with the GET view), or ``None`` for every method.
-    """
-
-    names: tuple[str, ...]
-    cost: int = 1
-    methods: frozenset[str] | None = None
-
-    def applies(self, request: Any) -> bool:
-        return self.methods is None or request.method in self.methods
-
-    def hit(self, request: Any) -> list[Decision]:
-        """Hit every policy for ``request`` (it must apply); return their Decisions.
-
-        Every policy counts the request, even once one has denied it, the way
-        DRF runs all of a view's throttles.
-        """
-        decisions = []
-        for name in self.names:
-            decision = get_policy(name).hit_request(request, self.cost)
-            if decision is not None:
-                decisions.append(decision)
-        return decisions
-
-
 def check_request(request: HttpRequest, limit: Limit) -> HttpResponse | None:
-    """Hit the policies of ``limit`` for ``request``; return a 429 if any denies, else None.
+    """Decide ``limit`` for ``request``; return a 429 if it blocks a denial, else None.
 
     The Decisions are recorded on the request (``headers.record``), for the
-    rate-limit headers of its response.
+    rate-limit headers of its response, and ``request.limited`` is set.
     """
-    decisions = limit.hit(request)
-    record(request, decisions)
-    if all(decision.allowed for decision in decisions):
+    verdict = engine.decide(request, (limit,))
+    if not verdict.blocking:
         return None
-    return too_many_requests(request, RateLimited(decisions))
+    return too_many_requests(request, RateLimited(verdict.decisions))
 
 
 def ratelimit(
-    *policies: str, methods: Iterable[str] | None = None, cost: int = 1
+    *policies: str,
+    rate: Any = None,
+    key: Any = None,
+    algorithm: str | None = None,
+    group: str | None = None,
+    methods: Iterable[str] | None = None,
+    cost: int = 1,
+    block: bool = True,
 ) -> Callable[[V], V]:
-    """Limit a view by the named policies of ``DJANGO_RL["POLICIES"]``.
+    """Limit a view by named policies of ``DJANGO_RL["POLICIES"]``, or by a policy of its own.
 
     Works on function views, sync or ``async def``, and on class-based views:
     decorate the class (its ``dispatch`` is wrapped once; the cheaper way) or
@@ -106,21 +87,57 @@ def ratelimit(
     ``as_view()`` function) the policies see the user DRF authenticated, and a
     denied request gets DRF's ``Throttled`` answer, as from ``PolicyThrottle``.
 
-    :param policies: one or more policy names; every one must allow.
+    :param policies: policy names; every one must allow.
+    :param rate: an inline policy: ``"5/m"``, or a function of the request
+        (or its dotted path) that returns a rate or ``None`` (per-plan rates).
+    :param key: the inline policy's identity (as a policy's ``key``, or a
+        callable); default ``"user_or_ip"``.
+    :param algorithm: the inline policy's algorithm; default ``"fixed_window"``.
+    :param group: names the inline policy's state: uses with the same group,
+        algorithm, rate and key share it. Default: the view's dotted name.
     :param methods: HTTP methods that count, e.g. ``["POST"]``; others pass
         untouched. ``"GET"`` counts HEAD too. ``None`` (the default) counts
         every method.
     :param cost: the weight of one request: a whole number from 1 to the
         policy's limit.
-    :raises TypeError: for a policy that is not a name, ``methods`` that is a
-        string or holds one that is not, or a ``cost`` that is not an ``int``.
-    :raises ValueError: for no methods, an unknown method, or a cost below 1.
+    :param block: ``False`` runs the view even when a policy denies, with
+        ``request.limited`` set (its headers still go out).
+    :raises TypeError: for a policy that is not a name, neither a name nor
+        ``rate``, ``key``/``algorithm``/``group`` without ``rate``, ``methods``
+        that is a string or holds one that is not, or a ``cost`` or ``block``
+        of the wrong type.
+    :raises ValueError: for no methods, an unknown method, or a cost below 1
+        (or above an inline rate's limit).
+    :raises ConfigurationError: for an inline rate, algorithm or key that is
+        malformed (the message names it).
     """
-    if not policies or not all(isinstance(name, str) for name in policies):
-        raise TypeError("ratelimit() takes one or more policy names, e.g. @ratelimit('login')")
-    limit = Limit(tuple(policies), _valid_cost(cost), _counted_methods(methods))
+    if rate is None and (key, algorithm, group) != (None, None, None):
+        raise TypeError(
+            "ratelimit(): key, algorithm and group describe an inline policy: give rate="
+        )
+    if (not policies and rate is None) or not all(isinstance(n, str) for n in policies):
+        raise TypeError(
+            "ratelimit() takes one or more policy names, e.g. @ratelimit('login'), "
+            "or a rate of its own, e.g. @ratelimit(rate='5/m')"
+        )
+    if not isinstance(block, bool):
+        raise TypeError(f"ratelimit(block={block!r}): block must be True or False")
+    cost = _valid_cost(cost)
+    counted = _counted_methods(methods)
+    if rate is not None:
+        algorithm = inline.DEFAULT_ALGORITHM if algorithm is None else algorithm
+        key = inline.DEFAULT_KEY if key is None else key
+        inline.judge(rate=rate, key=key, algorithm=algorithm, group=group)
+        _inline_cost(rate, cost)
 
     def decorator(view: V) -> V:
+        spec = None
+        if rate is not None:
+            # method_decorator's stand-in gets a group of its own; url_specs()
+            # gives it the view class's name, as each request's decoration does.
+            group_of_view = group or inline.view_name(view)
+            spec = inline.InlineSpec(group_of_view, str(algorithm), rate, key)
+        limit = Limit(tuple(policies), cost, counted, spec, block)
         drf = _drf()
         if isinstance(view, type):
             cls: Any = view
@@ -149,6 +166,19 @@ def ratelimit(
         return cast(V, wrapper)
 
     return decorator
+
+
+def _inline_cost(rate: object, cost: int) -> None:
+    """Refuse a cost above an inline rate's limit: it is known now, and never allowed."""
+    if is_rate_function(rate):
+        return  # known per request: above it, the request is denied (429)
+    limit = parse_rate(rate).limit
+    if 1 <= limit < cost:
+        raise ValueError(
+            f"ratelimit(rate={short_repr(rate)}, cost={short_repr(cost)}): the cost is above "
+            f"the limit {limit}, "
+            "so every request would be denied"
+        )
 
 
 def _valid_cost(cost: object) -> int:
@@ -239,6 +269,8 @@ def _wrap(
                 denied = await sync_to_async(check_request, thread_sensitive=True)(request, limit)
                 if denied is not None:
                     return denied
+            else:
+                engine.unlimited(request)
             response = await view(*args, **kwargs)
             write_headers(response, recorded(request))
             return response
@@ -252,12 +284,14 @@ def _wrap(
         if not isinstance(request, HttpRequest):
             drf = _drf()
             if drf is not None and drf.is_drf_request(request):
-                drf.decide(request, (limit,))  # raises Throttled when denied
+                drf.decide(request, (limit,))  # raises Throttled when it blocks a denial
                 return view(*args, **kwargs)
         if limit.applies(request):
             denied = check_request(request, limit)
             if denied is not None:
                 return denied
+        else:
+            engine.unlimited(request)
         response = view(*args, **kwargs)
         write_headers(response, recorded(request))
         return response

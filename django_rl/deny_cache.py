@@ -54,7 +54,7 @@ ROUNDING_MARGIN = 0.001
 class _Denial:
     """One remembered denial (times on the cache's clock, in seconds)."""
 
-    __slots__ = ("any_cost", "last", "limit", "policy", "reset_at", "retry_at", "until")
+    __slots__ = ("any_cost", "last", "limit", "policy", "reset_at", "retry_at", "until", "window")
 
     def __init__(
         self,
@@ -64,6 +64,7 @@ class _Denial:
         any_cost: bool,
         limit: int,
         policy: str,
+        window: int | None = None,
     ) -> None:
         self.until = until  # answer locally while the clock reads less than this
         self.retry_at = retry_at
@@ -71,6 +72,7 @@ class _Denial:
         self.any_cost = any_cost
         self.limit = limit
         self.policy = policy
+        self.window = window  # the Decision's, for the headers' w
         # The last answer given, reused while Retry-After in ms is the same:
         # a flood asks many times a millisecond, and a Decision costs more
         # to build than the rest of a local answer.
@@ -137,6 +139,7 @@ class DenyCache:
             retry_after=retry_ms / 1000,
             reset_after=math.ceil((entry.reset_at - now) * 1000) / 1000,
             policy=entry.policy,
+            window=entry.window,
         )
         entry.last = (retry_ms, decision)  # one assignment: threads see both or neither
         return decision
@@ -166,6 +169,7 @@ class DenyCache:
             any_cost,
             decision.limit,
             decision.policy,
+            decision.window,
         )
         with self._lock:
             # Popped first so that a key remembered again moves to the end.

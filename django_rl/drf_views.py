@@ -19,7 +19,8 @@ DRF has authenticated, or does so when the identity function reads
 
 A denied request raises DRF's ``Throttled``: the 429 with ``Retry-After`` and
 ``detail`` that ``PolicyThrottle`` gives, through the project's exception
-handler. The rate-limit headers go into the view's ``headers``, which
+handler (with ``block=False`` the view runs, ``request.limited`` set). The
+rate-limit headers go into the view's ``headers``, which
 ``finalize_response`` copies onto every response, allowed or denied.
 
 This module imports DRF; ``decorators.py`` loads it only once DRF is loaded.
@@ -36,11 +37,12 @@ from rest_framework.exceptions import APIException, Throttled
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from django_rl.headers import record
+from django_rl import engine
+from django_rl.headers import recorded
 from django_rl.throttling import write_view_headers
 
 if TYPE_CHECKING:
-    from django_rl.decorators import Limit
+    from django_rl.engine import Limit
 
 #: The attribute of Django's ``HttpRequest`` that holds the limits noted for it.
 NOTED = "_django_rl_noted_limits"
@@ -106,6 +108,7 @@ def _noting(view: Callable[..., Any], limit: Limit, *, request_index: int) -> An
                 # A subclass may override perform_authentication without
                 # calling super(): its own needs the hook (once; then a getattr).
                 hook(type(args[0]))
+            engine.unlimited(request)  # the view reads it even if no limit applies
             setattr(request, NOTED, (*getattr(request, NOTED, ()), limit))
         return view(*args, **kwargs)
 
@@ -150,17 +153,16 @@ def _decide_noted(request: Request) -> None:
 
 
 def decide(request: Request, limits: Iterable[Limit]) -> None:
-    """Hit the policies of ``limits`` that apply to ``request``; raise ``Throttled`` if one denies.
+    """Decide the ``limits`` that apply to ``request``; raise ``Throttled`` if one blocks.
 
-    The Decisions are recorded on the request and put in the view's
-    ``headers`` (from the request's ``parser_context``), the way
-    ``PolicyThrottle`` reports its own.
+    The Decisions are recorded on the request (and ``request.limited`` set,
+    by ``engine.decide``) and put in the view's ``headers`` (from the
+    request's ``parser_context``), the way ``PolicyThrottle`` reports its own.
     """
-    decisions = [d for limit in limits if limit.applies(request) for d in limit.hit(request)]
-    if not decisions:
+    verdict = engine.decide(request, limits)
+    if not verdict.decisions:
         return
     view = request.parser_context.get("view")
-    write_view_headers(view, record(request, decisions))
-    waits = [d.retry_after_header for d in decisions if not d.allowed]
-    if waits:
-        raise Throttled(wait=max(waits))
+    write_view_headers(view, recorded(request))
+    if verdict.blocking:
+        raise Throttled(wait=max(d.retry_after_header for d in verdict.blocking))

@@ -169,20 +169,25 @@ def _wait(decision: Decision) -> float:
 
 
 def _policy_items(decisions: Iterable[Decision]) -> list[str]:
-    items = {d.policy: _policy_item(d.policy, d.limit) for d in decisions}
+    items = {d.policy: _policy_item(d.policy, d.limit, d.window) for d in decisions}
     return list(items.values())
 
 
 @functools.lru_cache(maxsize=1024)
-def _policy_item(name: str, limit: int) -> str:
-    """Return the ``RateLimit-Policy`` item of a policy (cached until the settings change)."""
-    from django_rl.policies import get_policy
+def _policy_item(name: str, limit: int, window: int | None) -> str:
+    """Return the ``RateLimit-Policy`` item of a policy (cached until the settings change).
 
+    ``window`` is the Decision's own (its rate's); a Decision made without
+    one (by hand) gets the window of the named policy, if there is one.
+    """
     item = f"{_sf_string(name)};q={limit}"
-    try:
-        window = quota_window(get_policy(name).algorithm)
-    except UnknownPolicy:  # a Decision made up by hand: say what is known
-        return item
+    if window is None:
+        from django_rl.policies import get_policy
+
+        try:
+            window = quota_window(get_policy(name).algorithm)
+        except (UnknownPolicy, TypeError):  # made up by hand, or a rate per request
+            return item
     return item if window is None else f"{item};w={window}"
 
 

@@ -18,6 +18,11 @@ _SAFE_IDENTITY = re.compile(rf"[A-Za-z0-9.:_@-]{{1,{MAX_IDENTITY_LENGTH}}}")
 _SAFE_KIND = re.compile(r"[A-Za-z0-9._@-]{1,32}")
 #: Names that appear in keys: the key prefix and policy names.
 SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+#: Names of inline policies (``@ratelimit(rate=...)``): ``@<group>`` or
+#: ``@~<digest>`` (see ``inline.policy_name``). No name in settings has ``@``.
+INLINE_NAME = re.compile(r"@(?:[A-Za-z0-9._-]{1,63}|~[0-9a-f]{24})")
+#: Every policy name a key can hold: named or inline.
+POLICY_NAME = re.compile(rf"{SAFE_NAME.pattern}|{INLINE_NAME.pattern}")
 #: Everything :func:`safe_identity` can return: a verbatim identity or a digest.
 STORED_IDENTITY = re.compile(
     rf"[A-Za-z0-9.:_@-]{{1,{MAX_IDENTITY_LENGTH}}}|(?:[A-Za-z0-9._@-]{{1,32}}:)?~[0-9a-f]{{24}}"

@@ -23,10 +23,11 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from django_rl import engine
 from django_rl.conf import get_settings
 from django_rl.decision import Decision
 from django_rl.exceptions import ConfigurationError, RateLimited
-from django_rl.headers import record, record_missing, write_headers
+from django_rl.headers import record_missing, write_headers
 from django_rl.policies import get_policy
 from django_rl.reprs import short_repr
 
@@ -64,14 +65,11 @@ class PolicyThrottle(BaseThrottle):
     def allow_request(self, request: Any, view: Any) -> bool:
         names = self.get_policy_names(view)
         if not names:
+            engine.unlimited(request)
             return True
-        decisions = []
-        for name in names:
-            decision = get_policy(name).hit_request(request)
-            if decision is not None:
-                decisions.append(decision)
+        decisions = engine.hit_all(request, [get_policy(name) for name in names])
         self.decisions = tuple(decisions)
-        write_view_headers(view, record(request, decisions))
+        write_view_headers(view, engine.settle(request, decisions))
         return all(decision.allowed for decision in decisions)
 
     def wait(self) -> float | None:

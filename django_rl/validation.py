@@ -20,7 +20,8 @@ from django_rl.conf import DEFAULTS
 from django_rl.exceptions import ConfigurationError
 from django_rl.headers import HEADER_MODES
 from django_rl.identities import META_KEY, IdentitySpecError, resolve_identity
-from django_rl.keys import SAFE_NAME
+from django_rl.keys import INLINE_NAME, SAFE_NAME
+from django_rl.plans import SAMPLE_RATE, RateSpecError, is_rate_function, resolve_rate_function
 from django_rl.rates import RateError
 from django_rl.reprs import short_repr
 
@@ -35,6 +36,10 @@ RATE_HINT = (
 MAX_DENY_CACHE_SIZE = 1_000_000
 MAX_DENY_CACHE_MAX_AGE = 86_400
 _NAME_RULE = "1 to 64 letters, digits, '.', '_' or '-'"
+_RATE_FUNCTION_HINT = (
+    "Give the dotted path of a callable(request) that returns a rate string such as "
+    "'100/h', or None where the policy does not limit the request."
+)
 #: A sliding log that can take more Redis memory than this per identity is
 #: warned about (``django_rl.W020``): 1 MB, a thousand clients take 1 GB.
 LARGE_LOG_BYTES = 1_000_000
@@ -87,6 +92,11 @@ def settings_problems(raw: object) -> list[Problem]:
             "a whole number from 0 (trust no X-Forwarded-For) to 32",
         ),
         ("POLICIES", isinstance(merged["POLICIES"], Mapping), "a dict of policy name -> dict"),
+        (
+            "CLOCK",
+            merged["CLOCK"] in ("server", "app"),
+            "'server' (time from the Redis server) or 'app' (from this host's clock)",
+        ),
         (
             "DEFAULT_POLICY",
             merged["DEFAULT_POLICY"] is None or isinstance(merged["DEFAULT_POLICY"], str),
@@ -249,10 +259,26 @@ def ratelimited_view_problems(value: object, *, resolve: bool = True) -> list[Pr
     return []
 
 
-def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list[Problem]:
-    """Return what is wrong with one entry of ``DJANGO_RL["POLICIES"]``."""
-    where = f"DJANGO_RL['POLICIES'][{short_repr(name)}]"
-    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
+def policy_problems(
+    name: object,
+    spec: object,
+    *,
+    num_proxies: int = 0,
+    where: str | None = None,
+    resolve: bool = True,
+    inline: bool = False,
+) -> list[Problem]:
+    """Return what is wrong with one policy: an entry of ``DJANGO_RL["POLICIES"]`` by default.
+
+    :param where: how messages name the policy (a ``register_policy`` call,
+        an inline policy's decorator).
+    :param resolve: also import dotted paths (a key or rate function);
+        without it, only what the spec says on its own is judged.
+    :param inline: ``name`` is an inline policy's (``@group``).
+    """
+    where = where or f"DJANGO_RL['POLICIES'][{short_repr(name)}]"
+    valid_name = INLINE_NAME if inline else SAFE_NAME
+    if not isinstance(name, str) or not valid_name.fullmatch(name):
         return [Problem("django_rl.E005", f"{where}: bad policy name", f"Use {_NAME_RULE}.")]
     if not isinstance(spec, Mapping):
         return [
@@ -273,8 +299,11 @@ def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list
                 f"Policy keys are {known}. Check the spelling.",
             )
         )
+    key = spec.get("key", "user_or_ip")
+    deferred = not resolve and isinstance(key, str) and "." in key and ":" not in key
     try:
-        resolve_identity(spec.get("key", "user_or_ip"), num_proxies=num_proxies)
+        if not callable(key) and not deferred:  # a dotted path is imported when used
+            resolve_identity(key, num_proxies=num_proxies)
     except IdentitySpecError as exc:
         problems.append(
             Problem(
@@ -284,6 +313,16 @@ def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list
                 "'post:<name>' or the dotted path of a callable(request) -> str | None.",
             )
         )
+    rate = spec.get("rate")
+    if "rate" in spec and is_rate_function(rate):
+        # Per-plan rates: the function is judged here, the other parameters
+        # with a sample rate (each rate is judged when the function returns it).
+        if resolve:
+            try:
+                resolve_rate_function(rate)
+            except RateSpecError as exc:
+                problems.append(Problem("django_rl.E007", f"{where}: {exc}", _RATE_FUNCTION_HINT))
+        spec = {**spec, "rate": SAMPLE_RATE}
     if "fail_open" in spec and not isinstance(spec["fail_open"], bool):
         problems.append(
             Problem(
@@ -347,13 +386,19 @@ def policy_problems(name: object, spec: object, *, num_proxies: int = 0) -> list
     return problems
 
 
-def policy_warnings(name: str, spec: Mapping[str, object]) -> list[Problem]:
+def policy_warnings(
+    name: str, spec: Mapping[str, object], *, where: str | None = None
+) -> list[Problem]:
     """Return what is risky, not wrong, about a policy that has no problems.
 
     ``django_rl.W020``: a ``sliding_log`` whose log can take more than
     :data:`LARGE_LOG_BYTES` of Redis memory per identity (a full window of
-    hits of cost 1, one entry each).
+    hits of cost 1, one entry each). Not judged for per-plan rates, whose
+    rates are known only per request.
     """
+    if is_rate_function(spec.get("rate")):
+        return []
+    where = where or f"DJANGO_RL['POLICIES'][{name!r}]"
     algorithm = ALGORITHMS[str(spec["algorithm"])].from_spec(spec)
     if not isinstance(algorithm, SlidingLog) or algorithm.worst_case_bytes <= LARGE_LOG_BYTES:
         return []
@@ -361,7 +406,7 @@ def policy_warnings(name: str, spec: Mapping[str, object]) -> list[Problem]:
     return [
         Problem(
             "django_rl.W020",
-            f"DJANGO_RL['POLICIES'][{name!r}]: a sliding_log of {algorithm.rate} keeps up to "
+            f"{where}: a sliding_log of {algorithm.rate} keeps up to "
             f"{algorithm.limit:,} entries per identity, about {size:,} bytes "
             f"({size / 1_000_000:,.1f} MB) of Redis memory for each client at the limit",
             "Use token_bucket (about 120 bytes per identity, whatever the rate) or "

@@ -12,13 +12,22 @@ import redis
 from django.test import override_settings
 
 from django_rl.deny_cache import get_deny_cache
-from tests import figures
+from tests import figures, servers
 from tests.redis_server import RedisServer, caches_for
 from tests.topologies import ClusterTopology, SentinelTopology, SingleTopology, Topology
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: Any) -> None:
+    if servers.SERVER != "redis" or servers.MODES:
+        terminalreporter.write_line(f"django_rl test server: {servers.describe()}")
     figures.report(terminalreporter, config)
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Mark the acceptance suites: the tests that run on every topology (``make test-servers``)."""
+    for item in items:
+        if "topology" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.acceptance)
 
 
 @pytest.fixture(scope="session")
@@ -101,6 +110,8 @@ def topology(request: Any, redis_server: RedisServer) -> Iterator[Topology]:
     """
     if request.param == "single":
         chosen: Topology = SingleTopology(redis_server)
+    elif servers.TLS_MODE:
+        pytest.skip("TLS mode: the single server only (see tests/servers.py)")
     else:
         chosen = request.getfixturevalue(f"redis_{request.param}")
     with override_settings(CACHES=chosen.caches()):

@@ -44,6 +44,13 @@ class CountingConnection(redis.Connection):
         return CountingSocket(super()._connect())
 
 
+class CountingSSLConnection(redis.SSLConnection):
+    """A TLS connection, counted like :class:`CountingConnection`."""
+
+    def _connect(self) -> Any:
+        return CountingSocket(super()._connect())
+
+
 class CountingSentinelConnection(SentinelManagedConnection):
     """A connection to the primary Sentinel names, counted like :class:`CountingConnection`."""
 

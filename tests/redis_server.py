@@ -25,6 +25,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from tests import servers
+
 #: Processes started by the tests and not reaped yet.
 _running: set[subprocess.Popen[bytes]] = set()
 
@@ -64,6 +66,7 @@ def _kill_leftovers() -> None:
             process.kill()
             process.wait()
     _running.clear()
+    servers.cleanup()
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
@@ -72,6 +75,10 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 
 if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
+def _credentials() -> str:
+    return f"{servers.ACL_USER}:{servers.ACL_PASSWORD}@" if servers.ACL_MODE else ""
 
 
 def free_port() -> int:
@@ -94,20 +101,26 @@ def caches_for(url: str, **options: object) -> dict[str, dict[str, object]]:
 class RedisServer:
     """One redis-server process with no persistence, bound to 127.0.0.1.
 
-    :param binary: the server program (default: ``redis-server`` on PATH).
+    :param binary: the server program (default: the server the suite runs
+        on, see ``tests/servers.py``: ``redis-server`` on PATH unless
+        ``DJANGO_RL_TEST_SERVER`` names another).
     :param env: environment variables the server runs with (e.g. libfaketime's).
+
+    In the ``acl`` and ``tls`` modes of ``tests/servers.py`` the server also
+    has django_rl's ACL user (and a TLS port): :meth:`django_rl_url` is how
+    django_rl connects to it, :attr:`url` how the suite's own clients do.
     """
 
     def __init__(self, binary: str | None = None, env: dict[str, str] | None = None) -> None:
-        binary = binary or shutil.which("redis-server")
-        if binary is None:
-            raise RuntimeError(
-                "redis-server is not installed; `make test` installs it "
-                "(or: sudo apt-get install redis-server)"
-            )
-        self.binary = binary
+        self.command = [binary] if binary else servers.server_command()
+        # A server program named by the test (a Valkey under a moved clock)
+        # stays plain: only the suite's own servers take on the TLS mode.
+        self.tls = servers.TLS_MODE and not binary
+        self.binary = self.command[-1]
         self.env = env
         self.port = 0
+        self.tls_port = 0
+        self.port_for_tls = 0
         self.extra_args: Sequence[str] = ()
         self.process: subprocess.Popen[bytes] | None = None
         self.paused = False
@@ -116,6 +129,12 @@ class RedisServer:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def django_rl_url(self) -> str:
+        """Return the URL django_rl connects with: as the ACL user, over TLS, per the mode."""
+        if self.tls:
+            return f"rediss://{_credentials()}127.0.0.1:{self.tls_port}/0"
+        return f"redis://{_credentials()}127.0.0.1:{self.port}/0"
 
     def client(self, socket_timeout: float = 5) -> redis.Redis:
         """A plain client that tries each call once (redis-py's own default retries 10 times)."""
@@ -132,18 +151,36 @@ class RedisServer:
         for _attempt in range(5):
             self._spawn(port or free_port(), extra_args)
             if self._wait_ready():
+                self._add_user()
                 return
             self.stop()  # the port was taken in between: try another
             if port:
                 break
         raise RuntimeError(f"redis-server did not start; see {self.directory}/redis.log")
 
+    def _add_user(self) -> None:
+        """Give the server django_rl's ACL user in the ``acl`` and ``tls`` modes."""
+        if not servers.ACL_MODE:
+            return
+        client = self.client()
+        try:
+            client.execute_command("ACL", "SETUSER", *servers.acl_setuser_args())
+        finally:
+            client.close()
+
     def _spawn(self, port: int, extra_args: Sequence[str]) -> None:
         self.port = port
         self.extra_args = extra_args
+        tls_args: list[str] = []
+        if self.tls:
+            # The TLS port is kept across restarts, like the plain one.
+            if not self.tls_port or port != self.port_for_tls:
+                self.tls_port = free_port()
+                self.port_for_tls = port
+            tls_args = servers.certificates().server_args(self.tls_port)
         self.process = spawn(
             [
-                self.binary,
+                *self.command,
                 "--port",
                 str(port),
                 "--bind",
@@ -156,6 +193,7 @@ class RedisServer:
                 self.directory,
                 "--logfile",
                 os.path.join(self.directory, "redis.log"),
+                *tls_args,
                 *extra_args,
             ],
             self.env,

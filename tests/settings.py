@@ -73,3 +73,9 @@ DJANGO_RL = {
 REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["django_rl.throttling.PolicyThrottle"],
 }
+
+# DJANGO_RL_TEST_MODE=app-clock: every policy's decisions go by this host's
+# clock (CLOCK "app"), whatever DJANGO_RL a test sets (see tests/servers.py).
+from tests import servers  # noqa: E402
+
+servers.apply_clock_mode()

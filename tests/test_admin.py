@@ -32,6 +32,7 @@ ROW_FIELDS = {
     "identity",
     "status",
     "algorithm",
+    "rate",
     "limit",
     "used",
     "remaining",
@@ -171,23 +172,28 @@ def test_json_shape(admin_client):
         "examined",
         "keys_in_redis",
         "skipped",
+        "unavailable",
         "updated",
         "tbody",
         "summary",
     }
-    assert (data["cursor"], data["next_cursor"], data["keys_in_redis"], data["skipped"]) == (
-        "0:0",
-        None,
-        2,
-        0,
-    )
+    assert (
+        data["cursor"],
+        data["next_cursor"],
+        data["keys_in_redis"],
+        data["skipped"],
+        data["unavailable"],
+    ) == ("0:0", None, 2, 0, [])
     bucket, window = data["rows"]
     assert set(bucket) == set(window) == ROW_FIELDS
-    assert {k: bucket[k] for k in ("policy", "identity", "status", "algorithm", "limit")} == {
+    assert {
+        k: bucket[k] for k in ("policy", "identity", "status", "algorithm", "rate", "limit")
+    } == {
         "policy": "tb",
         "identity": "ip:10.0.0.2",
         "status": "live",
         "algorithm": "token_bucket",
+        "rate": "10/h",
         "limit": 10,
     }
     assert (bucket["remaining"], bucket["denied"], bucket["detail"]) == (0, True, "0 tokens left")

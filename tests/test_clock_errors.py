@@ -102,9 +102,17 @@ def test_a_clock_reading_read_late_lets_no_hit_through_uncounted(policy, redis_c
     # Every TIME reply is read 300 ms late, and read again every 0.5 s: an
     # estimate taken from such a reading trails the server's clock.
     node = policy.backend
-    monkeypatch.setattr(node, "clock", late_clock(node, delay=0.3, resync_interval=0.5))
-    allowed, first, last = hammer(policy, redis_client, windows=3, identity="ip:192.0.2.1")
-    assert last - first == 3, "the run overran its window: the machine held a thread > 500 ms"
+    for attempt in range(3):
+        monkeypatch.setattr(node, "clock", late_clock(node, delay=0.3, resync_interval=0.5))
+        allowed, first, last = hammer(
+            policy, redis_client, windows=3, identity=f"ip:192.0.2.{10 + attempt}"
+        )
+        if last - first == 3:
+            break
+        # The run overran its last window (a thread held > 500 ms by a busy
+        # machine): how many that window admitted is unknown. Run again.
+    else:
+        pytest.fail("3 runs in a row overran their last window: the machine stalled each time")
     assert allowed == LIMIT * 4
 
 
@@ -113,23 +121,32 @@ def test_a_hit_that_lands_in_an_ended_window_is_sent_again_then_the_clock_is_rig
 ):
     node = policy.backend
     policy.hit("ip:192.0.2.9")  # the clock is read
-    # The estimate now trails the server's clock by 400 ms.
-    bounds = node.clock._bounds
-    node.clock._bounds = bounds._replace(low=bounds.low - 0.4, high=bounds.high + 0.4)
-    now = server_ms(redis_client)
-    sleep_until(redis_client, (now // PERIOD_MS + 1) * PERIOD_MS + 50)
-    before = exec_calls(redis_client)
-    decision = policy.hit("ip:192.0.2.2")
-    after_first = exec_calls(redis_client)
-    second = policy.hit("ip:192.0.2.2")
-    (key,) = redis_client.keys("ce:p:*{ip:192.0.2.2}*")
+    for attempt in range(3):
+        identity = f"ip:192.0.2.{20 + attempt}"
+        # The estimate now trails the server's clock by 400 ms.
+        bounds = node.clock._bounds
+        node.clock._bounds = bounds._replace(low=bounds.low - 0.4, high=bounds.high + 0.4)
+        target = (server_ms(redis_client) // PERIOD_MS + 1) * PERIOD_MS + 50
+        sleep_until(redis_client, target)
+        before = exec_calls(redis_client)
+        decision = policy.hit(identity)
+        after_first = exec_calls(redis_client)
+        second = policy.hit(identity)
+        after_second = exec_calls(redis_client)
+        now = server_ms(redis_client)
+        if now // PERIOD_MS == target // PERIOD_MS:
+            break
+        # A busy machine held this thread past the window's end: again.
+    else:
+        pytest.fail("3 runs in a row were held past their window's end")
+    (key,) = redis_client.keys(f"ce:p:*{{{identity}}}*")
     window = int(key.decode().rsplit(":", 1)[1])
     assert (decision.allowed, decision.remaining) == (True, LIMIT - 1)
     assert (second.allowed, second.remaining) == (True, LIMIT - 2)
-    assert window == server_ms(redis_client) // PERIOD_MS
+    assert window == now // PERIOD_MS
     # Two transactions for the first hit (its window had ended), one for the
     # second: the first one's reply set the clock right.
-    assert (after_first - before, exec_calls(redis_client) - after_first) == (2, 1)
+    assert (after_first - before, after_second - after_first) == (2, 1)
 
 
 @pytest.mark.parametrize("step", [3600, -3600], ids=["forward", "back"])
@@ -145,17 +162,23 @@ def test_a_server_clock_that_steps_opens_no_hole(step, clock_server, policy, set
     policy = get_policy("p")
     client = clock_server.client()
     try:
-        allowed, first, last = hammer(
-            policy,
-            client,
-            windows=3,
-            identity="ip:192.0.2.3",
-            during=lambda: (time.sleep((PERIOD_MS + 400) / 1000), clock_server.jump(step)),
-        )
+        for attempt in range(3):
+            allowed, first, last = hammer(
+                policy,
+                client,
+                windows=3,
+                identity=f"ip:192.0.2.{30 + attempt}",
+                during=lambda: (time.sleep((PERIOD_MS + 400) / 1000), clock_server.jump(step)),
+            )
+            if last - first == 3 + step:
+                break
+            # A thread held > 500 ms overran the last window: again, with
+            # another client and another step.
+        else:
+            pytest.fail("3 runs in a row overran their last window: the machine stalled")
         ttls = [client.pttl(key) for key in client.keys("ce:p:*")]
     finally:
         client.close()
-    assert last - first == 3 + step, "the run overran its window: a thread held > 500 ms"
     assert allowed == LIMIT * 5
     assert all(ttl > 0 or ttl == -2 for ttl in ttls)
 
@@ -174,10 +197,14 @@ def test_the_clock_notices_a_step_back_from_a_single_reading():
 def test_a_slow_reading_does_not_move_a_fast_one():
     readings = iter([(1_700_000_000, 0)])
     clock = ServerClock(lambda: next(readings), resync_interval=60)
-    first = clock.now_ms()
-    # The server read its clock just now, but the reply was read 300 ms
-    # later: its lower bound trails the one already known by 300 ms.
+    clock.now_ms()
     sent = time.monotonic()
-    clock.observe(first, sent, sent + 0.3)
-    assert clock.now_ms() >= first
+    first = clock.now_ms()
+    # The server read its clock (``first``) just after ``sent``, but the
+    # reply was read 300 ms later. Trusted as a round trip's midpoint, as a
+    # single sample used to be, it would set the clock 150 ms back.
+    time.sleep(0.3)
+    clock.observe(first, sent, time.monotonic())
+    # 300 ms on, less 1 ms of rounding (and 0.03 ms of allowed drift).
+    assert clock.now_ms() >= first + 299
     assert clock.steps == 0

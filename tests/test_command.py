@@ -251,5 +251,6 @@ def test_errors_exit_with_status_1_and_a_message_on_stderr(redis_server):
     assert (unknown.returncode, unknown.stdout) == (1, "")
     assert unknown.stderr == (
         "CommandError: No rate-limit policy named 'nope'. Known policies: 'api', 'burst', "
-        "'login', 'per_minute', 'writes'. Define it in settings.DJANGO_RL['POLICIES'].\n"
+        "'login', 'per_minute', 'writes'. Define it in settings.DJANGO_RL['POLICIES'] "
+        "or with django_rl.register_policy().\n"
     )

@@ -37,7 +37,19 @@ def settings_problems(namespace: dict[str, object]) -> list[str]:
         return [f"{m.id}: {m.msg}" for m in check_settings()]
 
 
+@pytest.fixture
+def _policies_registered_in_code_are_forgotten():
+    """A doc's ``register_policy`` calls last for its test only."""
+    from django_rl.policies import registered_policies, unregister_policy
+
+    before = set(registered_policies())
+    yield
+    for name in set(registered_policies()) - before:
+        unregister_policy(name)
+
+
 @pytest.mark.parametrize("doc", DOCS)
+@pytest.mark.usefixtures("_policies_registered_in_code_are_forgotten")
 def test_examples_run(doc, redis_server):
     text = (ROOT / doc).read_text(encoding="utf-8")
     namespace: dict[str, object] = {"__name__": f"docs_example_{Path(doc).stem}"}
@@ -79,7 +91,7 @@ def test_every_setting_and_policy_key_is_documented():
 def test_every_check_id_is_documented():
     emitted = set()
     for path in (ROOT / "django_rl").rglob("*.py"):
-        emitted |= set(re.findall(r"django_rl\.[EW]\d{3}", path.read_text(encoding="utf-8")))
+        emitted |= set(re.findall(r"django_rl\.[EWI]\d{3}", path.read_text(encoding="utf-8")))
     text = (ROOT / "docs" / "checks.md").read_text(encoding="utf-8")
-    documented = set(re.findall(r"^\| `(django_rl\.[EW]\d{3})` \|", text, re.MULTILINE))
+    documented = set(re.findall(r"^\| `(django_rl\.[EWI]\d{3})` \|", text, re.MULTILINE))
     assert emitted == documented

@@ -171,6 +171,8 @@ OUTAGES = [
     ("loading", BusyLoadingError("Redis is loading the dataset in memory")),
     ("busy", ResponseError("BUSY Redis is busy running a script. You can only call SCRIPT KILL")),
     ("readonly", ReadOnlyError("You can't write against a read only replica.")),
+    # min-replicas-to-write unmet: after a forced failover, the old primary.
+    ("noreplicas", ResponseError("NOREPLICAS Not enough good replicas to write.")),
     ("cluster_down", ClusterDownError("The cluster is down")),
     ("cluster_down", TryAgainError("Multiple keys request during rehashing of slot")),
 ]

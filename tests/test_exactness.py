@@ -1,6 +1,8 @@
 """Exactness under load, on every topology: 16 threads and 4 processes at once on one identity.
 
-Every round all 20 workers hit a fresh identity of a 100/h policy together,
+Every round all 20 workers hit a fresh identity of a 100/h policy together
+(each algorithm; an inline policy, as ``@ratelimit(rate="100/h")`` makes it;
+a policy with per-plan rates, hit with a request its rate function reads),
 far more often than the limit allows. The allowed hits must add up to the
 limit exactly, every round: one more is an over-admission (a race let a hit
 through), one fewer an under-admission (a race lost a hit). Rounds with
@@ -25,10 +27,9 @@ from typing import Any
 
 import pytest
 
-from django_rl import get_policy
 from tests import figures
 from tests.conftest import start_of_fresh_window
-from tests.workers import serve_rounds
+from tests.workers import peek, policy_and_hit, serve_rounds
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +37,13 @@ POLICIES = {
     "fixed_window": {"algorithm": "fixed_window", "rate": "100/h", "key": "ip"},
     "sliding_log": {"algorithm": "sliding_log", "rate": "100/h", "key": "ip"},
     "token_bucket": {"algorithm": "token_bucket", "capacity": 100, "rate": "100/h", "key": "ip"},
+    # Per-plan rates: the rate function gives every request 100/h.
+    "per_plan": {"algorithm": "sliding_log", "rate": "tests.plans.exact_rate", "key": "ip"},
 }
+#: Besides those: "inline", the fixed window @ratelimit(rate="100/h", key="ip") makes.
+NAMES = [*POLICIES, "inline"]
+#: The algorithm of each name.
+ALGORITHM = {**{n: spec["algorithm"] for n, spec in POLICIES.items()}, "inline": "fixed_window"}
 LIMIT = 100
 ROUNDS = 30
 THREADS = 16
@@ -90,7 +97,7 @@ def play_round(pool: WorkerPool, name: str, identity: str, cost: int) -> tuple[i
     threads were (the barrier sees to it, unless the machine is so busy that
     a process finishes before this one's threads get to run).
     """
-    policy = get_policy(name)
+    _, hit = policy_and_hit(name)
     for q in pool.tasks:
         q.put((name, identity, PROCESS_ATTEMPTS, cost))
     allowed = [0] * THREADS
@@ -99,7 +106,7 @@ def play_round(pool: WorkerPool, name: str, identity: str, cost: int) -> tuple[i
     def worker(index: int) -> None:
         pool.start.wait(60)
         began = time.time()
-        allowed[index] = sum(policy.hit(identity, cost).allowed for _ in range(THREAD_ATTEMPTS))
+        allowed[index] = sum(hit(identity, cost).allowed for _ in range(THREAD_ATTEMPTS))
         spans[index] = (began, time.time())
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
@@ -114,13 +121,13 @@ def play_round(pool: WorkerPool, name: str, identity: str, cost: int) -> tuple[i
 
 
 @pytest.mark.parametrize("cost", [1, 3])
-@pytest.mark.parametrize("name", list(POLICIES))
+@pytest.mark.parametrize("name", NAMES)
 def test_every_round_admits_exactly_the_limit(
     request, settings, topology, keyspace, worker_pool, name, cost
 ):
     settings.DJANGO_RL = {"POLICIES": POLICIES}
-    policy = get_policy(name)
-    policy.peek("warm-up")
+    policy, _ = policy_and_hit(name)
+    peek(policy, "warm-up")
     expected = LIMIT // cost
     totals = []
     overlapped = 0
@@ -132,8 +139,8 @@ def test_every_round_admits_exactly_the_limit(
         overlapped += at_once
         # Denied hits count in a fixed window (its documented policy); the
         # others leave the unused unit.
-        left = 0 if name == "fixed_window" else LIMIT - expected * cost
-        assert policy.peek(identity).remaining == left
+        left = 0 if ALGORITHM[name] == "fixed_window" else LIMIT - expected * cost
+        assert peek(policy, identity).remaining == left
     figures.record(
         request.config,
         SECTION,

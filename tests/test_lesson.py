@@ -22,16 +22,26 @@ def test_edge_burst(settings, keyspace, name, allowed):
     """5 hits 100 ms before a 1 s window edge and 5 hits 100 ms after it."""
     settings.DJANGO_RL = {"POLICIES": EDGE_POLICIES}
     policy = get_policy(name)
-    # Connect and measure the clock of the identity's node before the timed part.
-    policy.peek("ip:203.0.113.9")
-    edge = (server_ms(keyspace) // 1000 + 1) * 1000
-    if edge - server_ms(keyspace) < 300:
-        edge += 1000
-    sleep_until(keyspace, edge - 100)
-    before = [policy.hit("ip:203.0.113.9").allowed for _ in range(5)]
-    assert server_ms(keyspace) < edge - 50, "the machine stalled; the burst straddled the edge"
-    sleep_until(keyspace, edge + 100)
-    after = [policy.hit("ip:203.0.113.9").allowed for _ in range(5)]
+    # On a loaded machine a burst can straddle its edge: the run is then
+    # worth nothing, and is made again at a later edge with a new client.
+    for attempt in range(5):
+        identity = f"ip:203.0.113.{10 + attempt}"
+        # Connect and measure the clock of the identity's node before the timed part.
+        policy.peek(identity)
+        edge = (server_ms(keyspace) // 1000 + 1) * 1000
+        if edge - server_ms(keyspace) < 300:
+            edge += 1000
+        sleep_until(keyspace, edge - 100)
+        before = [policy.hit(identity).allowed for _ in range(5)]
+        if server_ms(keyspace) >= edge:
+            continue  # the machine stalled: the burst straddled the edge
+        sleep_until(keyspace, edge + 100)
+        after = [policy.hit(identity).allowed for _ in range(5)]
+        if server_ms(keyspace) >= edge + 1000:
+            continue  # the second burst reached the window after
+        break
+    else:
+        pytest.fail("5 runs in a row straddled a window edge: the machine stalled each time")
     assert sum(before) + sum(after) == allowed
 
 

@@ -103,7 +103,7 @@ def test_a_cost_above_every_limit_is_no_error_for_none_or_zero(settings, caplog)
 def test_programmatic_hits_of_none_and_zero():
     off, blocked = get_policy("off"), get_policy("blocked_bucket")
     everything = Decision(True, 0, 0, 0.0, 0.0, "off")
-    nothing = Decision(False, 0, 0, 10.0, 10.0, "blocked_bucket")
+    nothing = Decision(False, 0, 0, 10.0, 10.0, "blocked_bucket", window=10)
     assert [off.hit("ip:192.0.2.1"), off.hit("ip:192.0.2.1", cost=MAX_COUNT + 1)] == [
         everything
     ] * 2

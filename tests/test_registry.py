@@ -24,7 +24,8 @@ def test_unknown_policy_names_the_known_ones():
     assert isinstance(info.value, ImproperlyConfigured)
     assert str(info.value) == (
         "No rate-limit policy named 'logn'. Known policies: 'api', 'burst', 'login', "
-        "'per_minute', 'writes'. Define it in settings.DJANGO_RL['POLICIES']."
+        "'per_minute', 'writes'. Define it in settings.DJANGO_RL['POLICIES'] or with "
+        "django_rl.register_policy()."
     )
 
 

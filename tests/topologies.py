@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -30,7 +31,18 @@ from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
+from tests import servers
 from tests.redis_server import RedisServer, caches_for, free_port, reap, spawn
+
+
+def with_tls(options: dict[str, Any]) -> dict[str, Any]:
+    """Return cache OPTIONS that verify the server's certificate against the suite's CA."""
+    tls = {"ssl_ca_certs": servers.certificates().ca, "ssl_cert_reqs": "required"}
+    return {
+        **options,
+        "CONNECTION_POOL_KWARGS": {**tls, **options.get("CONNECTION_POOL_KWARGS", {})},
+    }
+
 
 #: The cluster's and the sentinels' failure detection time, in ms.
 NODE_TIMEOUT_MS = 1000
@@ -39,6 +51,21 @@ NODE_TIMEOUT_MS = 1000
 FAST_SYNC = ["--repl-diskless-sync-delay", "0"]
 SENTINEL_SERVICE = "django_rl"
 _pool_names = itertools.count()
+
+
+def free_port_with_bus() -> int:
+    """Return a free port whose port + 10000 (a cluster bus before Redis 7.0) is free too."""
+    for _ in range(100):
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port with a free cluster bus port")
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -93,7 +120,9 @@ class SingleTopology:
         self._client = server.client()
 
     def caches(self, timeout: float = 1, **options: Any) -> dict[str, dict[str, Any]]:
-        url = f"{self.server.url}?client_name={pool_name()}"
+        url = f"{self.server.django_rl_url()}?client_name={pool_name()}"
+        if self.server.tls:
+            options = with_tls(options)
         return caches_for(url, SOCKET_CONNECT_TIMEOUT=timeout, SOCKET_TIMEOUT=timeout, **options)
 
     def client(self) -> redis.Redis:
@@ -120,20 +149,21 @@ class ClusterTopology:
         for _ in range(self.shards * 2):
             server = RedisServer()
             self.servers.append(server)
-            server.start(
-                extra_args=[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    str(NODE_TIMEOUT_MS),
-                    # The default bus port, port + 10000, may be taken or out of range.
-                    "--cluster-port",
-                    str(free_port()),
-                    *FAST_SYNC,
-                ]
-            )
+            args = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                str(NODE_TIMEOUT_MS),
+                *FAST_SYNC,
+            ]
+            if servers.SERVER == "redis-6.2":
+                # No cluster-port option before 7.0: the bus is on port + 10000.
+                server.start(port=free_port_with_bus(), extra_args=args)
+            else:
+                # The default bus port, port + 10000, may be taken or out of range.
+                server.start(extra_args=[*args, "--cluster-port", str(free_port())])
         command = ["redis-cli", "--cluster", "create"]
         command += [f"127.0.0.1:{server.port}" for server in self.servers]
         command += ["--cluster-replicas", "1", "--cluster-yes"]
@@ -145,7 +175,7 @@ class ClusterTopology:
     @property
     def seeds(self) -> list[str]:
         """Return the startup node URLs django_rl is given: every server's."""
-        return [f"redis://127.0.0.1:{server.port}" for server in self.servers]
+        return [server.django_rl_url().removesuffix("/0") for server in self.servers]
 
     def caches(self, timeout: float = 1, **options: Any) -> dict[str, dict[str, Any]]:
         seeds = self.seeds
@@ -205,7 +235,10 @@ class ClusterTopology:
 
     def server_of(self, key: str) -> RedisServer:
         """Return the primary that serves ``key`` now."""
-        slot = int(self.client().keyslot(key))
+        return self.server_of_slot(int(self.client().keyslot(key)))
+
+    def server_of_slot(self, slot: int) -> RedisServer:
+        """Return the primary that serves ``slot`` now, as a live node sees it."""
         for node in self.nodes():
             if node["primary"] and any(low <= slot <= high for low, high in node["slots"]):
                 return next(s for s in self.servers if s.port == node["port"])
@@ -302,9 +335,7 @@ class Sentinel:
 
     def start(self) -> None:
         """Start it (again: a sentinel keeps what it learnt in its config file)."""
-        self.process = spawn(
-            [shutil.which("redis-server") or "redis-server", self.config, "--sentinel"]
-        )
+        self.process = spawn([*servers.server_command(), self.config, "--sentinel"])
         wait_for(lambda: bool(self.client().ping()), 10, "a sentinel to answer")
 
     def client(self) -> redis.Redis:
@@ -345,7 +376,8 @@ class SentinelTopology:
     def caches(self, timeout: float = 1, **options: Any) -> dict[str, dict[str, Any]]:
         """Return CACHES as docs/scaling.md advises: sentinel queries time out and never retry."""
         # The service name stands where the host would.
-        location = f"redis://{SENTINEL_SERVICE}/0?client_name={pool_name()}"
+        credentials = f"{servers.ACL_USER}:{servers.ACL_PASSWORD}@" if servers.ACL_MODE else ""
+        location = f"redis://{credentials}{SENTINEL_SERVICE}/0?client_name={pool_name()}"
         options = {
             "CLIENT_CLASS": "django_redis.client.SentinelClient",
             "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",

@@ -41,6 +41,38 @@ def hammer_policy(
     results.put(allowed)
 
 
+#: The inline policy the exactness suite hits by the name ``"inline"``.
+INLINE = ("exact", "fixed_window", "100/h", "ip")
+
+
+def policy_and_hit(name: str) -> tuple[Any, Any]:
+    """Return the policy the exactness suite calls ``name``, and ``hit(identity, cost)`` of it.
+
+    ``"inline"`` is the inline policy of :data:`INLINE` (as ``@ratelimit(rate=...)``
+    makes it); a per-plan policy is hit with a request, whose rate its rate
+    function gives; the others are named policies.
+    """
+    import functools
+
+    from django.test import RequestFactory
+
+    from django_rl.inline import InlineSpec
+    from django_rl.policies import get_policy, inline_policy
+
+    policy = inline_policy(InlineSpec(*INLINE)) if name == "inline" else get_policy(name)
+    if policy.per_request:
+        request = RequestFactory().get("/")
+        return policy, functools.partial(policy.hit, request=request)
+    return policy, policy.hit
+
+
+def peek(policy: Any, identity: str) -> Any:
+    """Return ``policy.peek(identity)``, with a request for a per-plan policy."""
+    from django.test import RequestFactory
+
+    return policy.peek(identity, request=RequestFactory().get("/"))
+
+
 def serve_rounds(
     caches: dict[str, Any],
     policies: dict[str, Any],
@@ -49,6 +81,8 @@ def serve_rounds(
     start: Any,
 ) -> None:
     """Hit policies in rounds, one per task, until a ``None`` task.
+
+    Policies are named as :func:`policy_and_hit` names them.
 
     Reports ``(allowed hits, wall-clock start, end)`` of each round. ``caches``
     is the CACHES setting to use (any topology).
@@ -64,16 +98,15 @@ def serve_rounds(
     django.setup()
     from django.test import override_settings
 
-    from django_rl import get_policy
-
     with override_settings(CACHES=caches, DJANGO_RL={"POLICIES": policies}):
-        for name in policies:
-            get_policy(name).peek("warm-up")  # connect, measure the clock, load the script
+        for name in (*policies, "inline"):
+            # Connect, measure the clock, load the script.
+            peek(policy_and_hit(name)[0], "warm-up")
         results.put("ready")
         while (task := tasks.get()) is not None:
             name, identity, attempts, cost = task
-            policy = get_policy(name)
+            _, hit = policy_and_hit(name)
             start.wait(60)
             began = time.time()
-            allowed = sum(policy.hit(identity, cost).allowed for _ in range(attempts))
+            allowed = sum(hit(identity, cost).allowed for _ in range(attempts))
             results.put((allowed, began, time.time()))

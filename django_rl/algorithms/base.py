@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
 
-from django_rl.backends import LuaScript, run_reads
+from django_rl.backends import LuaScript
 from django_rl.rates import Rate
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ def fingerprint_text(algorithm: Algorithm) -> str:
 
 def read_now(algorithm: Algorithm, node: RedisNode, key: str) -> Reading:
     """Run ``algorithm.queue_peek`` in a pipeline of its own: one round trip."""
-    read, replies = run_reads(node.client, lambda pipe: algorithm.queue_peek(pipe, node, key))
+    read, replies = node.pipeline(lambda pipe: algorithm.queue_peek(pipe, node, key))
     return read(iter(replies))
 
 
@@ -163,8 +163,14 @@ class ScriptAlgorithm:
     """The shared half of the algorithms that are one Lua script on one key.
 
     The script takes the algorithm's arguments, then the cost and ``"1"`` to
-    count (``"0"`` to only look: ``peek``), and replies with four integers
-    that :meth:`outcome` reads (and any more that :meth:`reading` reads).
+    count (``"0"`` to only look: ``peek``), then the time (``""``: the script
+    reads the server's ``TIME``; else this host's time in ms, with ``CLOCK:
+    "app"``, see :meth:`RedisNode.script_time`), and replies with four
+    integers that :meth:`outcome` reads (and any more that :meth:`reading`
+    reads). Its keys are all passed as ``KEYS`` (a Redis Cluster routes by
+    them, and ACL rules check them), and it never calls
+    ``redis.replicate_commands()``: Redis 6.2 and later replicate a script's
+    effects, never the script.
     """
 
     script: ClassVar[LuaScript]
@@ -183,14 +189,15 @@ class ScriptAlgorithm:
         raise NotImplementedError("reading")
 
     def hit(self, node: RedisNode, key: str, cost: int) -> Outcome:
-        return self.outcome(self.script(node.client, (key,), self.script_args(cost, "1")))
+        args = (*self.script_args(cost, "1"), node.script_time())
+        return self.outcome(self.script(node.client, (key,), args))
 
     def peek(self, node: RedisNode, key: str) -> Outcome:
-        read, replies = run_reads(node.client, lambda pipe: self.queue_peek(pipe, node, key))
+        read, replies = node.pipeline(lambda pipe: self.queue_peek(pipe, node, key))
         return read(iter(replies)).outcome
 
     def queue_peek(self, pipe: Pipeline, node: RedisNode, key: str) -> ReadReplies:
-        self.script.queue(pipe, (key,), self.script_args(1, "0"))
+        self.script.queue(pipe, (key,), (*self.script_args(1, "0"), node.script_time()))
         return lambda replies: self.reading(next(replies))
 
     def keys(self, node: RedisNode, key: str) -> list[str]:

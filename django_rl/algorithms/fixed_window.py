@@ -16,6 +16,22 @@ PTTL key; EXEC``.
   a key that lost its TTL is healed by its next hit. (The naive ``INCR``, then
   ``EXPIRE`` only when the count is 1, leaves a counter with no TTL forever if
   the client dies between the two; MULTI makes the three one unit.)
+* Redis 6.2 has no ``NX`` (it came with 7.0; the node learns which the
+  server has, see ``backends/capabilities.py``). There the same transaction
+  sends plain ``PEXPIREAT``: every writer of a window sets the same absolute
+  expiry, its end, so setting it again on every hit changes nothing but the
+  replication traffic (one more command per hit), and heals a lost TTL all
+  the same.
+* With ``CLOCK: "app"`` (servers that refuse ``TIME`` in scripts, see
+  :meth:`FixedWindow.hit`), windows are numbered from this host's clock
+  and the expiry is relative: ``PEXPIRE key <time left on this host's
+  clock>``. ``PEXPIREAT`` with an end read on this host's clock would be
+  wrong by the skew between this host and the server: a server ahead would
+  delete a counter before its window ends here (and one ahead by more than
+  the time left would delete it at once: no hit would ever count), letting
+  hits through. A relative TTL is measured on the server from when the
+  command arrives, so the counter lives at least until the window ends on
+  this host's clock, whatever the skew, and at most one round trip longer.
 * Counting policy: denied hits are counted too (the INCRBY comes before the
   comparison, which is what keeps this a plain MULTI with no script). With a
   constant cost this changes nothing, since a window that denied one hit
@@ -71,8 +87,11 @@ class FixedWindow(RateAlgorithm):
         Both are rare (a window edge inside the clock's error, or a server
         clock that jumped); otherwise a hit is one round trip.
         """
+        if node.app_clock:
+            return self._hit_by_app_clock(node, key, cost)
         clock = node.clock
         period = self.rate.period_ms
+        nx = ("NX",) if node.capabilities.expire_nx else ()
         earliest = -1  # the lowest window the server may still be in
         undo: tuple[tuple[str, str, int], ...] = ()
         for attempt in range(MAX_ATTEMPTS):
@@ -84,7 +103,7 @@ class FixedWindow(RateAlgorithm):
                 (
                     *undo,
                     ("INCRBY", window_key, cost),
-                    ("PEXPIREAT", window_key, end, "NX"),
+                    ("PEXPIREAT", window_key, end, *nx),
                     ("PTTL", window_key),
                 )
             )
@@ -99,7 +118,7 @@ class FixedWindow(RateAlgorithm):
                     # may have jumped ahead by many windows. Read it.
                     clock.resync()
                 continue
-            if ttl_ms == -1:  # cannot follow PEXPIREAT NX; tells nothing of the clock
+            if ttl_ms == -1:  # cannot follow PEXPIREAT; tells nothing of the clock
                 ttl_ms = period
             else:
                 clock.observe(end - ttl_ms, sent, received)
@@ -116,25 +135,61 @@ class FixedWindow(RateAlgorithm):
             + (" (a hit stays counted in a later window)" if undo else "")
         )
 
+    def _hit_by_app_clock(self, node: RedisNode, key: str, cost: int) -> Outcome:
+        """Count the hit in the window of this host's clock (``CLOCK: "app"``).
+
+        ``PEXPIRE`` with the time left in the window (see the module's
+        docstring): from 1 ms to the period, so the key is never deleted by
+        it and no hit goes uncounted. With ``NX`` (Redis 7.0+) the first hit
+        of a window sets the TTL; without it every hit sets it again, to the
+        same end give or take its own round trip.
+        """
+        period = self.rate.period_ms
+        now = node.now_ms()
+        window = now // period
+        window_key = f"{key}:{window}"
+        end = (window + 1) * period
+        nx = ("NX",) if node.capabilities.expire_nx else ()
+        count, _ = node.client.transaction_replies(
+            (("INCRBY", window_key, cost), ("PEXPIRE", window_key, end - now, *nx))
+        )
+        # The time left in this host's window: what Retry-After is about.
+        left = max(end - node.now_ms(), 1)
+        limit = self.rate.limit
+        if count <= limit:
+            return Outcome(True, limit - count, 0, left)
+        return Outcome(False, 0, left, left)
+
     def peek(self, node: RedisNode, key: str) -> Outcome:
         return read_now(self, node, key).outcome
 
     def queue_peek(self, pipe: Pipeline, node: RedisNode, key: str) -> ReadReplies:
-        # The clock's estimate is a lower bound: the server may already be in
-        # the next window. Read both; the current one is the first that
-        # exists and has begun (its PTTL is at most the period).
-        window = self._window(node)
-        for candidate in (window, window + 1):
+        # The server's time is known within bounds (ServerClock): when they
+        # straddle an edge, the server may be in either window. Read both;
+        # the current one is the first that exists and has begun (its PTTL
+        # is at most the period). Almost always the bounds are within one
+        # window, and one is read. With CLOCK "app" the window is this
+        # host's, known exactly, and so is the time left in it.
+        period = self.rate.period_ms
+        app_now = node.now_ms() if node.app_clock else None
+        if app_now is not None:
+            windows = range(app_now // period, app_now // period + 1)
+        else:
+            low, high = node.now_range_ms()
+            windows = range(low // period, min(high // period, low // period + 1) + 1)
+        for candidate in windows:
             pipe.get(f"{key}:{candidate}")
             pipe.pttl(f"{key}:{candidate}")
         limit = self.rate.limit
-        period = self.rate.period_ms
 
         def read(replies: Iterator[Any]) -> Reading:
             count, ttl_ms = 0, 0
-            for _ in range(2):
+            for _ in windows:
                 value, ttl = next(replies), next(replies)
-                if value is not None and 0 <= ttl <= period and not count:
+                if app_now is not None:
+                    if value is not None:
+                        count, ttl_ms = int(value), (app_now // period + 1) * period - app_now
+                elif value is not None and 0 <= ttl <= period and not count:
                     count, ttl_ms = int(value), ttl
             if count < limit:
                 outcome = Outcome(True, limit - count, 0, ttl_ms)

@@ -7,6 +7,8 @@
 -- ARGV[2]  limit: units of cost allowed per window
 -- ARGV[3]  cost of this hit (1 <= cost <= limit, checked by the caller)
 -- ARGV[4]  '1' to count the hit, '0' to only look (peek: writes nothing)
+-- ARGV[5]  the time in ms (CLOCK "app": the app server's), or '' to read the
+--          server's TIME
 --
 -- Returns {allowed (1/0), units used after this call, retry_after_ms,
 --          reset_after_ms, entries in the log}.
@@ -29,7 +31,10 @@
 -- Check-then-add must be one step: two requests that both read "4 of 5" from
 -- the client side would both add. A script runs alone on the server, so no
 -- other command can come between the reads and the ZADD. Time comes from the
--- server (TIME), so app servers with skewed clocks share one timeline.
+-- server (TIME), so app servers with skewed clocks share one timeline; with
+-- CLOCK "app" it comes from the caller (servers that refuse TIME in scripts).
+-- Either way scores never go down (below), so a caller whose clock is behind
+-- another's adds entries at the newest score, never before it.
 
 local key = KEYS[1]
 local window = tonumber(ARGV[1])
@@ -73,8 +78,11 @@ local function span(from, e)
   return (e[2] + e[3] - from) % M
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(ARGV[5])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 -- An entry with score s is in the window while now < s + window.
 local horizon = now - window
 

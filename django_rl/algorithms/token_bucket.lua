@@ -8,6 +8,8 @@
 -- ARGV[3]  period in ms
 -- ARGV[4]  cost of this hit in tokens (1 <= cost <= capacity, checked by the caller)
 -- ARGV[5]  '1' to take the tokens, '0' to only look (peek: writes nothing)
+-- ARGV[6]  the time in ms (CLOCK "app": the app server's), or '' to read the
+--          server's TIME
 --
 -- Returns {allowed (1/0), units left, retry_after_ms, reset_after_ms}.
 --
@@ -17,7 +19,9 @@
 -- stay below 2^53, where Lua's doubles are exact (checked by the caller).
 --
 -- Read-refill-take-write must be one step, or two requests both take the last
--- token; a script runs alone on the server. Time comes from the server (TIME).
+-- token; a script runs alone on the server. Time comes from the server (TIME),
+-- or with CLOCK "app" from the caller: a caller whose clock is behind the
+-- last writer's sees no time elapsed (below), never tokens taken back.
 
 local key = KEYS[1]
 local capacity = tonumber(ARGV[1])
@@ -36,8 +40,11 @@ local function ceil_div(a, b)
   return q
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(ARGV[6])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local full = capacity * period
 local need = cost * period
 

@@ -119,6 +119,17 @@ class ServerClock:
         low, _ = bounds.widened(now)
         return math.floor((now + low) * 1000)
 
+    def now_range_ms(self) -> tuple[int, int]:
+        """Return the bounds of the server's time in ms: it is within ``[low, high]``.
+
+        :raises ClockUnavailable: as :meth:`now_ms`.
+        """
+        low_ms = self.now_ms()
+        bounds = self._bounds
+        assert bounds is not None  # now_ms raised otherwise
+        _, high = bounds.widened(time.monotonic())
+        return low_ms, max(low_ms, math.ceil((time.monotonic() + high) * 1000))
+
     def resync(self) -> None:
         """Read ``TIME`` now (or wait for a thread that is reading it).
 

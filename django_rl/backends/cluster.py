@@ -13,10 +13,16 @@ The topology is read by ``RedisCluster`` when it starts (``CLUSTER SLOTS``)
 and again, in a background thread, whenever a node fails, answers
 ``MOVED`` or says the cluster is down, and every :data:`REFRESH_INTERVAL`
 for as long as decisions keep failing, so that a replica promoted in a
-failover serves decisions a moment after its promotion. No decision waits
-for a refresh but a process's first, which reads the slot table. A
-``MOVED`` reply (a slot resharded, or a failover this process has not seen)
-is followed once, at once, to the node it names.
+failover serves decisions a moment after its promotion. Reads are at least
+:data:`REFRESH_INTERVAL` apart, however many decisions fail. No decision
+waits for a read but a process's first, which reads the slot table; if that
+fails, decisions fail at once (``fail_open`` decides) until the background
+reads succeed.
+
+A slot on the move is followed, never counted as an outage (see
+:meth:`ClusterBackend.run`): ``MOVED`` at once, to the node it names;
+``ASK``, with ``ASKING``, on the node importing the slot, where the key now
+is; ``TRYAGAIN`` (a command on keys the migration has split) a moment later.
 """
 
 from __future__ import annotations
@@ -40,43 +46,27 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from django_rl.backends.cluster_member import ClusterMember
 from django_rl.backends.health import Health
-from django_rl.backends.node import STALE_CONNECTION_ERRORS, RedisNode, after_fork_hooks
+from django_rl.backends.node import RedisNode, after_fork_hooks
 from django_rl.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
-    from redis import Redis
     from redis.cluster import ClusterNode, RedisCluster
+
+__all__ = ["REFRESH_INTERVAL", "ClusterBackend", "ClusterMember"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 logger = logging.getLogger("django_rl")
 
-#: Seconds between two reads of the topology while a primary does not answer.
+#: Seconds between two reads of the topology, at least.
 REFRESH_INTERVAL = 0.25
-#: Errors that say the slot table may be out of date.
-TOPOLOGY_ERRORS = (*STALE_CONNECTION_ERRORS, ClusterDownError, TryAgainError, AskError)
-
-
-class ClusterMember(RedisNode):
-    """A primary of the cluster; errors that say the topology changed ask for a new read of it.
-
-    A redirect (``MOVED``, ``ASK``) is an answer, not an outage: it changes
-    nothing in the node's health.
-    """
-
-    def __init__(self, backend: ClusterBackend, address: str, pooled: Redis) -> None:
-        super().__init__(backend.alias, address, pooled)
-        self._backend = weakref.ref(backend)
-
-    def record_failure(self, exc: Exception, epoch: int | None = None) -> None:
-        if not isinstance(exc, AskError):  # MovedError is an AskError
-            super().record_failure(exc, epoch)
-        if isinstance(exc, TOPOLOGY_ERRORS):
-            backend = self._backend()
-            if backend is not None:
-                backend.refresh_soon()
+#: Redirects (``MOVED``, ``ASK``) and ``TRYAGAIN`` a decision follows before it gives up.
+MAX_REDIRECTS = 5
+#: Seconds before a command refused with ``TRYAGAIN`` is sent again.
+TRYAGAIN_PAUSE = 0.02
 
 
 class ClusterBackend:
@@ -93,12 +83,21 @@ class ClusterBackend:
         #: Slot -> the member that serves it (``None``: no node does).
         self._table: list[ClusterMember | None] | None = None
         self._members: dict[str, ClusterMember] = {}
+        #: Nodes a redirect named that serve no slot yet (a primary being added).
+        self._guests: dict[str, ClusterMember] = {}
         self._primaries: list[ClusterMember] = []
         self._load_lock = threading.Lock()
-        self._load_failed_at = 0.0
+        self._guest_lock = threading.Lock()
+        # The first read of the slot table failed: decisions fail at once
+        # until the background reads succeed.
+        self._unread = False
         self._refresh_lock = threading.Lock()
         self._refresher: threading.Thread | None = None
         self._stale = False
+        #: When the last read of the topology began (``time.monotonic``).
+        self._read_at = -REFRESH_INTERVAL
+        #: Reads of the topology so far (for tests and logs).
+        self.reads = 0
         _live_clusters.add(self)
 
     def __repr__(self) -> str:
@@ -149,50 +148,115 @@ class ClusterBackend:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
+        """Run ``operation`` on the node that holds ``key``, following a slot on the move.
+
+        * ``MOVED``: nothing ran; the slot has a new owner. The operation
+          runs at once on the node named, and the whole table is read again
+          in the background.
+        * ``ASK``: nothing ran; the slot is migrating and its key is not on
+          the source (moved already, or new). The operation runs on the node
+          named, each of its commands (a transaction: the whole of it)
+          preceded by ``ASKING``. The table does not change: the slot stays
+          the source's until the migration ends.
+        * ``TRYAGAIN``: a command on several keys, some of which have moved;
+          sent again after :data:`TRYAGAIN_PAUSE`.
+
+        At most :data:`MAX_REDIRECTS` of them in all: then the decision
+        fails (kind ``migrating``, logged once per incident).
+        """
         node = self.node_for(key)
-        try:
-            return node.run(key, operation, *args, **kwargs)
-        except MovedError as exc:
-            # Nothing ran: the node does not serve the slot any more. One
-            # redirect, at once; the whole table is read again meanwhile.
-            return self._moved(exc).run(key, operation, *args, **kwargs)
+        asking = False
+        for _ in range(MAX_REDIRECTS):
+            try:
+                if asking:
+                    return node.run_asking(key, operation, *args, **kwargs)
+                return node.run(key, operation, *args, **kwargs)
+            except MovedError as exc:
+                failure: RedisError = exc
+                node, asking = self._moved(exc), False
+            except AskError as exc:
+                failure = exc
+                node, asking = self.member_at(exc.host, exc.port), True
+            except TryAgainError as exc:
+                failure = exc
+                time.sleep(TRYAGAIN_PAUSE)
+        node.health.answered_with_error(failure, "migrating")
+        raise failure
+
+    def member_at(self, host: str, port: int) -> ClusterMember:
+        """Return the member for the node at ``host:port``, made now if none serves a slot yet.
+
+        A redirect may name a node this process has not seen in the slot
+        table: a primary just added to the cluster, importing its first slots.
+        """
+        address = f"{host}:{port}"
+        member = self._members.get(address) or self._guests.get(address)
+        if member is not None:
+            return member
+        from redis.cluster import ClusterNode
+
+        with self._guest_lock:
+            member = self._guests.get(address)
+            if member is None:
+                node = ClusterNode(host, port)  # type: ignore[no-untyped-call]
+                self.cluster.nodes_manager.create_redis_connections([node])  # type: ignore[no-untyped-call]
+                member = self._guests[address] = ClusterMember(self, address, node.redis_connection)
+        return member
 
     def refresh_soon(self) -> None:
-        """Read the topology again in the background, and again while decisions keep failing."""
+        """Read the topology again in the background, and again while decisions keep failing.
+
+        Reads are at least :data:`REFRESH_INTERVAL` apart, and one thread
+        makes them: however many decisions fail, the topology is read at most
+        four times a second.
+        """
         with self._refresh_lock:
             self._stale = True
             if self._refresher is not None:
                 return
             self._refresher = threading.Thread(
-                target=self._refresh_loop, name=f"django_rl cluster {self.alias}", daemon=True
+                target=_refresh_loop,
+                args=(weakref.ref(self),),
+                name=f"django_rl cluster {self.alias}",
+                daemon=True,
             )
             self._refresher.start()
 
     def forget_connections(self) -> None:
         """Forget what a forked child cannot use: locks and the refresher of its parent."""
         self._load_lock = threading.Lock()
+        self._guest_lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         self._refresher = None
 
     def _load(self) -> list[ClusterMember | None]:
         """Read the slot table the first time; one thread does, the others wait for it.
 
-        A thread that waited for a read that failed raises at once rather
-        than try again: while the cluster is unreachable, a queue of threads
-        costs one socket timeout, not one each.
+        If that read fails, every decision after it fails at once, until a
+        background read (every :data:`REFRESH_INTERVAL`, for as long as
+        decisions come) succeeds: while the cluster is unreachable or hangs,
+        a decision does not wait for one socket timeout per startup node.
         """
-        asked_at = time.monotonic()
         with self._load_lock:
             table = self._table
             if table is not None:
                 return table
-            if self._load_failed_at >= asked_at:
-                raise RedisConnectionError("the Redis Cluster's topology could not be read")
+            if self._unread:
+                exc = RedisConnectionError(
+                    "the Redis Cluster's topology could not be read yet; it is read again "
+                    f"in the background every {REFRESH_INTERVAL:g} s"
+                )
+                self.health.failed(exc)
+                self.refresh_soon()
+                raise exc
             try:
+                self._read_at = time.monotonic()
+                self.reads += 1
                 table = self._rebuild(self.cluster)
             except (RedisError, RedisClusterException) as exc:
-                self._load_failed_at = time.monotonic()
+                self._unread = True
                 self.health.failed(exc)
+                self.refresh_soon()
                 if isinstance(exc, RedisError):
                     raise
                 raise RedisConnectionError(str(exc)) from exc
@@ -229,6 +293,9 @@ class ClusterBackend:
         return table
 
     def _member(self, cluster: RedisCluster, node: ClusterNode) -> ClusterMember:
+        guest = self._guests.pop(node.name, None)
+        if guest is not None:
+            return guest  # a node that redirects named before it served a slot
         if node.redis_connection is None:
             cluster.nodes_manager.create_redis_connections([node])  # type: ignore[no-untyped-call]
         member = self._members.get(node.name)
@@ -238,41 +305,67 @@ class ClusterBackend:
 
     def _moved(self, exc: MovedError) -> ClusterMember:
         self.refresh_soon()
-        member = self._members.get(f"{exc.host}:{exc.port}")
+        member = self.member_at(exc.host, exc.port)
         table = self._table
-        if member is None or table is None:
-            raise exc  # a node this process does not know yet: the refresh will
-        table[exc.slot_id] = member
+        if table is not None:
+            table[exc.slot_id] = member
         return member
 
-    def _refresh_loop(self) -> None:
-        # Reads until one finds no decision failed since it began: while a
-        # primary is down, decisions keep failing and this keeps reading, so
-        # the promotion of its replica is seen within REFRESH_INTERVAL.
-        try:
-            while True:
-                self._stale = False
-                self._read_topology()
-                with self._refresh_lock:
-                    if not self._stale:
-                        self._refresher = None
-                        return
-                time.sleep(REFRESH_INTERVAL)
-        except BaseException:
-            with self._refresh_lock:
-                self._refresher = None  # the next failed decision starts another
-            raise
-
     def _read_topology(self) -> None:
+        self._read_at = time.monotonic()
+        self.reads += 1
         try:
-            cluster = self.cluster
-            cluster.nodes_manager.initialize(**_KEEP_POOLS)
+            cluster = self._cluster
+            if cluster is None:
+                cluster = self.cluster  # making it reads the topology
+            else:
+                cluster.nodes_manager.initialize(**_KEEP_POOLS)
             self._rebuild(cluster)
         except (RedisError, RedisClusterException):
-            pass  # no node answered; the next failed decision asks again
+            return  # no node answered; the next failed decision asks again
         except Exception:
             # Nothing a decision could do about it either: keep the table.
             logger.exception("reading the topology of CACHES[%r] failed", self.alias)
+            return
+        if self._unread:
+            self._unread = False
+            self.health.succeeded()
+
+
+def _refresh_loop(backend_ref: weakref.ref[ClusterBackend]) -> None:
+    """Read the topology until a read finds no decision failed since the one before.
+
+    While a primary is down, decisions keep failing and this keeps reading,
+    so the promotion of its replica is seen within :data:`REFRESH_INTERVAL`.
+    Holds the backend weakly: a backend the settings dropped is not kept
+    alive by its refresher.
+    """
+    while True:
+        backend = backend_ref()
+        if backend is None:
+            return
+        try:
+            wait = backend._read_at + REFRESH_INTERVAL - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            with backend._refresh_lock:
+                backend._stale = False
+            backend._read_topology()
+        except BaseException:
+            with backend._refresh_lock:
+                backend._refresher = None  # the next failed decision starts another
+            raise
+        del backend
+        # Failures meanwhile ask for another read; without any, the thread ends.
+        time.sleep(REFRESH_INTERVAL)
+        backend = backend_ref()
+        if backend is None:
+            return
+        with backend._refresh_lock:
+            if not backend._stale:
+                backend._refresher = None
+                return
+        del backend
 
 
 def _keep_pools() -> dict[str, Any]:

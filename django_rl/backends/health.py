@@ -12,7 +12,7 @@ import threading
 import time
 from collections import Counter
 
-from django_rl.backends.errors import REPLIES, outage_kind
+from django_rl.backends.errors import REPLIES, brief, outage_kind
 
 logger = logging.getLogger("django_rl")
 
@@ -89,8 +89,9 @@ class Health:
                 "decisions follow fail_open (default FAIL_OPEN) until it answers again.",
                 self.name,
                 type(exc).__name__,
-                exc,
+                brief(exc),
             )
+            _details(self.name, exc)
         return True
 
     def succeeded(self, epoch: int | None = None) -> bool:
@@ -121,6 +122,19 @@ class Health:
 
         :return: whether this call ended an outage.
         """
+        self._incident(exc, kind)
+        return self.succeeded(epoch)
+
+    def unlocated(self, exc: Exception) -> None:
+        """Record a call that failed because no sentinel could name the primary.
+
+        Counted as ``sentinel`` and logged once per incident, like an error
+        reply; but no answer of the server either: an outage under way goes
+        on, and nothing ends it here.
+        """
+        self._incident(exc, "sentinel")
+
+    def _incident(self, exc: Exception, kind: str) -> None:
         self._count(kind)
         now = time.monotonic()
         with self._lock:
@@ -136,11 +150,11 @@ class Health:
                     self.name,
                     reply.cause,
                     type(exc).__name__,
-                    exc,
+                    brief(exc),
                     reply.fix,
                     self.incident_quiet,
                 )
-        return self.succeeded(epoch)
+                _details(self.name, exc)
 
     def _end_incidents(self) -> None:
         now = time.monotonic()
@@ -154,3 +168,9 @@ class Health:
         # failing at once would count one.
         with self._count_lock:
             self.errors[kind] += 1
+
+
+def _details(name: str, exc: Exception) -> None:
+    """Log the whole message of ``exc`` at DEBUG when the line above shortened it."""
+    if brief(exc) != str(exc):
+        logger.debug("Redis for rate limiting (%s): the whole error: %s", name, exc)

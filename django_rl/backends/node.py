@@ -2,28 +2,47 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 import weakref
-from collections.abc import Callable
-from typing import Concatenate, ParamSpec, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
+from django_rl.backends.capabilities import MINIMUM_VERSION, Capabilities, detect
 from django_rl.backends.clock import ClockUnavailable, ServerClock
-from django_rl.backends.connections import KeptConnectionClient, discard
-from django_rl.backends.errors import reply_kind
+from django_rl.backends.connections import Command, KeptConnectionClient, discard
+from django_rl.backends.errors import (
+    lacks_replicas,
+    makes_connections_stale,
+    reply_kind,
+    unlocated,
+)
 from django_rl.backends.health import Health
+from django_rl.backends.scripts import replies_with_scripts
+from django_rl.conf import get_settings
+
+if TYPE_CHECKING:
+    from redis.client import Pipeline
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: Errors after which every connection is as suspect as the one that failed
-#: (BusyLoadingError, LOADING, is a ConnectionError).
-STALE_CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError)
+logger = logging.getLogger("django_rl")
+
+#: Seconds between two replacements of every connection while the primary
+#: answers NOREPLICAS.
+REPLACE_INTERVAL = 0.25
+
+#: Kinds of error replies that may mean the server is not what it was taken
+#: for (another version behind the same address): its capabilities are
+#: learned again.
+RELEARN_KINDS = frozenset({"unknown_command", "wrong_arguments"})
 
 
 class RedisNode:
@@ -48,9 +67,14 @@ class RedisNode:
         self._local = threading.local()
         self.clock = ServerClock(self._read_server_time)
         self.health = Health(alias, address)
+        self._capabilities: Capabilities | None = None
+        self._capabilities_lock = threading.Lock()
         # Bumped when the connections are suspect (see record_failure); a
         # thread whose kept connection is older replaces it on its next call.
         self._generation = 0
+        #: (host, port) the kept connections reach (see :meth:`_reached`).
+        self._address: tuple[object, object] | None = None
+        self._replace_at = 0.0
         _live_nodes.add(self)
 
     def __repr__(self) -> str:
@@ -79,11 +103,55 @@ class RedisNode:
                 local.client = None
                 discard(client)
             generation = self._generation
-            client = KeptConnectionClient(
-                connection_pool=self.pooled_client.connection_pool, single_connection_client=True
-            )
+            client = self._make_client()
+            if self._reached(client.connection):
+                generation = self._generation  # this one reaches the new primary already
             local.client, local.generation = client, generation
         return client
+
+    def _make_client(self) -> KeptConnectionClient:
+        """Return a new kept-connection client, connected (redis-py connects it from the pool)."""
+        client = KeptConnectionClient(
+            connection_pool=self.pooled_client.connection_pool, single_connection_client=True
+        )
+        # Its reconnections (after a broken connection) are checked too.
+        client.connection.register_connect_callback(self._reached)  # type: ignore[union-attr]
+        # A restarted server may be another version: its capabilities are learned again.
+        client.on_reconnect = self.forget_capabilities
+        return client
+
+    def _reached(self, connection: object) -> bool:
+        """Note where a kept connection connected; return whether that is a new address.
+
+        Under Sentinel each new connection asks the sentinels where the
+        primary is, so a connection may reach another server than the others
+        do: after a failover, the new primary. When one does, every thread
+        replaces its kept connection (see :meth:`replace_connections`), so
+        the whole process counts on one primary. Without that, after a forced
+        ``SENTINEL FAILOVER`` (the old primary healthy, still taking writes
+        until Sentinel demotes it, about 10 s later) threads whose connections
+        reach the old primary would go on counting there while new ones count
+        on the new primary: twice the limit. A single server's or a cluster
+        node's address never changes, so this never fires for them.
+        """
+        address = (getattr(connection, "host", None), getattr(connection, "port", None))
+        known = self._address
+        if address == known or address[0] is None:
+            return False
+        self._address = address
+        if known is None:
+            return False
+        logger.info(
+            "Redis for rate limiting (%s): a new connection reaches the primary at %s:%s, "
+            "no longer %s:%s; every thread moves its connection there.",
+            self.health.name,
+            address[0],
+            address[1],
+            known[0],
+            known[1],
+        )
+        self.replace_connections()
+        return True
 
     @property
     def pooled_client(self) -> Redis:
@@ -100,20 +168,88 @@ class RedisNode:
         """Drop every thread's client (a forked child must not share its parent's sockets)."""
         self._local = threading.local()
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """Return what this server supports, asked of it on first use (see ``capabilities.py``).
+
+        Asked again after the connections were replaced (an outage ended, a
+        failover), after a kept connection was found broken and replaced (a
+        restart), and after an error reply that says a command or its
+        arguments are unknown: the address may now reach another server.
+        A server older than the minimum supported version is logged as an
+        error, once each time it is learned.
+
+        :raises redis.exceptions.RedisError: if Redis does not answer.
+        """
+        capabilities = self._capabilities
+        if capabilities is None:
+            capabilities = self._learn_capabilities()
+        return capabilities
+
+    def forget_capabilities(self) -> None:
+        """Make the next call learn the server's capabilities again."""
+        self._capabilities = None
+
+    def _learn_capabilities(self) -> Capabilities:
+        with self._capabilities_lock:  # one thread asks; the others wait for its answer
+            capabilities = self._capabilities
+            if capabilities is None:
+                capabilities = detect(self.client)
+                if not capabilities.supported:
+                    logger.error(
+                        "Redis for rate limiting (%s) is %s; django_rl supports Redis %s and "
+                        "later (and Valkey): decisions may fail or follow fail_open. "
+                        "Upgrade the server.",
+                        self.health.name,
+                        capabilities.label,
+                        ".".join(map(str, MINIMUM_VERSION[:2])),
+                    )
+                self._capabilities = capabilities
+            return capabilities
+
+    def script_time(self) -> str:
+        """Return the time argument of the Lua scripts: ``""`` (the script reads
+        ``TIME``), or this host's time in ms with ``CLOCK: "app"``."""
+        return str(time.time_ns() // 1_000_000) if self.app_clock else ""
+
     def _read_server_time(self) -> tuple[int, int]:
         seconds, microseconds = self.client.time()
         return int(seconds), int(microseconds)
 
-    def now_ms(self) -> int:
-        """Return this server's time in ms, estimated locally (see ServerClock).
+    @property
+    def app_clock(self) -> bool:
+        """Return whether decisions take time from this process (``CLOCK: "app"``).
 
-        :raises redis.exceptions.RedisError: if the clock was never measured
-            and Redis does not answer.
+        Read from the settings on each call, so that a change of them
+        (``override_settings``) applies at once; ``get_settings`` is cached.
         """
+        return get_settings().clock == "app"
+
+    def now_ms(self) -> int:
+        """Return the time decisions go by, in ms since the epoch.
+
+        With ``CLOCK: "server"`` (the default), the server's time, estimated
+        locally (see ServerClock); with ``CLOCK: "app"``, this host's clock.
+
+        :raises redis.exceptions.RedisError: if the server's clock was never
+            measured and Redis does not answer.
+        """
+        if self.app_clock:
+            return time.time_ns() // 1_000_000
         try:
             return self.clock.now_ms()
         except ClockUnavailable as exc:
             # Callers treat Redis trouble as RedisError, whichever call met it.
+            raise RedisConnectionError(str(exc)) from exc
+
+    def now_range_ms(self) -> tuple[int, int]:
+        """Return the bounds of this server's time in ms (see ServerClock.now_range_ms).
+
+        :raises redis.exceptions.RedisError: as :meth:`now_ms`.
+        """
+        try:
+            return self.clock.now_range_ms()
+        except ClockUnavailable as exc:
             raise RedisConnectionError(str(exc)) from exc
 
     def run(
@@ -136,6 +272,35 @@ class RedisNode:
         self.record_success(epoch)
         return result
 
+    def pipeline(self, queue: Callable[[Pipeline], T]) -> tuple[T, list[Any]]:
+        """Run the commands ``queue`` puts on a pipeline, in one round trip; return both.
+
+        Return what ``queue`` returned and the replies, in order. The
+        commands go out on this thread's kept connection, not as a
+        transaction: each must be a read, or a write that may run twice
+        (``DEL``), and touch one key or none. A script the server does not
+        know (NOSCRIPT: a restarted server, ``SCRIPT FLUSH``) fails inside
+        the pipeline; then every script is loaded and the commands are sent
+        again. On a Redis Cluster each command that meets ``ASK`` (its key
+        has moved to the node importing its slot) is sent there, after
+        ``ASKING`` (see :class:`~django_rl.backends.cluster.ClusterMember`).
+
+        :raises redis.exceptions.RedisError: if Redis cannot answer, or a
+            command fails for another reason (the first such error).
+        """
+        recorder = self.client.pipeline(transaction=False)
+        queued = queue(recorder)
+        commands: list[Command] = list(recorder.command_stack)
+        replies = self._replies(commands)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return queued, replies
+
+    def _replies(self, commands: Sequence[Command]) -> list[Any]:
+        """Return the replies to ``commands`` (errors in place), scripts loaded if need be."""
+        return replies_with_scripts(self.client, commands)
+
     def record_failure(self, exc: Exception, epoch: int | None = None) -> None:
         """Note that a call started in ``epoch`` failed; log the start of an outage once.
 
@@ -156,11 +321,29 @@ class RedisNode:
         """
         kind = reply_kind(exc)
         if kind is not None:
+            if kind in RELEARN_KINDS:
+                self._capabilities = None
             if self.health.answered_with_error(exc, kind, epoch):
                 self.replace_connections()  # an outage ended, as in record_success
             return
-        if isinstance(exc, STALE_CONNECTION_ERRORS):
-            self.replace_connections()
+        if unlocated(exc):
+            # No sentinel could name the primary, for a new connection: the
+            # primary may be fine, and every connection already open to it
+            # keeps counting. Replacing them would turn an outage of the
+            # sentinels into one of the limiter.
+            self.health.unlocated(exc)
+            return
+        if makes_connections_stale(exc):
+            if lacks_replicas(exc):
+                # It may refuse for long (a one-replica group after a
+                # failover, until the old primary rejoins as a replica): new
+                # connections are tried every REPLACE_INTERVAL, not per call.
+                now = time.monotonic()
+                if now >= self._replace_at:
+                    self._replace_at = now + REPLACE_INTERVAL
+                    self.replace_connections()
+            else:
+                self.replace_connections()
         self.health.failed(exc, epoch)
 
     def record_success(self, epoch: int | None = None) -> None:
@@ -175,6 +358,9 @@ class RedisNode:
     def replace_connections(self) -> None:
         """Make every thread replace its kept connection, and close the pool's idle ones."""
         self._generation += 1
+        # The connections may reach another server now (a failover, a restart
+        # on another version): learn what it supports again.
+        self._capabilities = None
         pooled = self._pooled
         if pooled is not None:
             # Idle ones only: closing one in use would break another thread's

@@ -1,11 +1,11 @@
-"""Lua scripts (EVALSHA, the source on NOSCRIPT) and read-only pipelines."""
+"""Lua scripts (EVALSHA, the source on NOSCRIPT), also inside pipelines."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from redis.exceptions import NoScriptError
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from redis import Redis
     from redis.client import Pipeline
 
-T = TypeVar("T")
+    from django_rl.backends.connections import Command, KeptConnectionClient
 
 
 class LuaScript:
@@ -51,31 +51,21 @@ class LuaScript:
             return client.eval(self.source, len(keys), *keys, *args)
 
     def queue(self, pipe: Pipeline, keys: Sequence[str], args: Sequence[Any]) -> None:
-        """Queue the script on a pipeline; :func:`run_reads` handles NOSCRIPT."""
+        """Queue the script on a pipeline; :func:`replies_with_scripts` handles NOSCRIPT."""
         pipe.evalsha(self.sha, len(keys), *keys, *args)
 
 
-def run_reads(client: Redis, queue: Callable[[Pipeline], T]) -> tuple[T, list[Any]]:
-    """Run the read-only commands ``queue`` puts on a pipeline, in one round trip.
+def replies_with_scripts(client: KeptConnectionClient, commands: Sequence[Command]) -> list[Any]:
+    """Return the replies to ``commands``, sent in one write, errors in place (``command_replies``).
 
-    Return what ``queue`` returned and the replies. A script the server does
-    not know (NOSCRIPT: a restarted server, ``SCRIPT FLUSH``) fails inside the
-    pipeline; then every script is loaded and the pipeline is built and run
-    again, which is harmless because nothing in it writes. ``client`` talks
-    to one server: on a Redis Cluster, every key queued must live on it.
-
-    :raises redis.exceptions.RedisError: if Redis cannot answer, or a command
-        fails for another reason.
+    A script the server does not know (NOSCRIPT: a restarted server,
+    ``SCRIPT FLUSH``, a node new to this process) fails inside the pipeline;
+    then every script is loaded and the commands are sent again, which is
+    harmless because they are reads (or writes that may run twice).
     """
-    try:
-        return _run_pipeline(client, queue)
-    except NoScriptError:
+    replies = client.command_replies(commands)
+    if any(isinstance(reply, NoScriptError) for reply in replies):
         for script in LuaScript.instances:
             client.script_load(script.source)
-    return _run_pipeline(client, queue)
-
-
-def _run_pipeline(client: Redis, queue: Callable[[Pipeline], T]) -> tuple[T, list[Any]]:
-    pipe = client.pipeline(transaction=False)
-    queued = queue(pipe)
-    return queued, pipe.execute()
+        replies = client.command_replies(commands)
+    return replies

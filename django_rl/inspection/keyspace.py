@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from django_rl.keys import SAFE_NAME, STORED_IDENTITY, KeyIdentity
+from redis.exceptions import RedisError
+
+from django_rl.keys import POLICY_NAME, STORED_IDENTITY, KeyIdentity
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -33,7 +35,7 @@ MAX_SCAN_POSITION = 2**64 - 1
 _CURSOR = re.compile(r"(?P<target>[0-9]{1,4}):(?P<position>[0-9]{1,20})")
 #: What may follow ``{prefix}:`` in a key of this app (see keys.key_for).
 _KEY_TAIL = re.compile(
-    r"(?P<policy>[A-Za-z0-9._-]{1,64}):\{(?P<identity>[A-Za-z0-9.:_@~-]{1,100})\}"
+    rf"(?P<policy>{POLICY_NAME.pattern}):\{{(?P<identity>[A-Za-z0-9.:_@~-]{{1,100}})\}}"
     r":(?P<fingerprint>[0-9a-f]{8})(?::(?P<window>[0-9]{1,20}))?"
 )
 #: Characters an identity in a key can contain; none is special in a glob.
@@ -81,6 +83,15 @@ def parse_key(prefix: str, key: str) -> ParsedKey | None:
     )
 
 
+def is_bookkeeping(prefix: str, key: str) -> bool:
+    """Return whether ``key`` is the app's own, not a counter: ``{prefix}:~...``.
+
+    Such keys (the rate catalogue of per-plan policies, ``plans.py``) are
+    neither listed nor counted as keys of another form.
+    """
+    return key.startswith(f"{prefix}:~")
+
+
 def operator_identity(text: str) -> str:
     """Return what an operator typed as an identity that ``Policy`` methods accept.
 
@@ -100,7 +111,7 @@ def check_filters(policy: str | None, identity_prefix: str) -> None:
     :raises ValueError: if ``policy`` is not a valid policy name, or
         ``identity_prefix`` has characters no identity in a key can have.
     """
-    if policy is not None and not SAFE_NAME.fullmatch(policy):
+    if policy is not None and not POLICY_NAME.fullmatch(policy):
         raise ValueError(f"{policy!r} is not a policy name")
     if not _IDENTITY_CHARACTERS.fullmatch(identity_prefix):
         raise ValueError(
@@ -122,15 +133,50 @@ def match_pattern(prefix: str, policy: str | None = None, identity_prefix: str =
     return f"{prefix}:{policy_part}:{{{identity_prefix}*"
 
 
-def scan_targets(backend: Backend) -> list[Redis]:
-    """Return a client for each server whose keyspace holds the app's keys.
+@dataclass(frozen=True)
+class Targets:
+    """The servers a listing walks, as :func:`answering_targets` found them.
+
+    :ivar clients: a client per server, in the backend's order of its nodes;
+        ``None`` for one that did not answer (the walk skips it).
+    :ivar keys_in_redis: DBSIZE summed over the servers that answered.
+    :ivar unavailable: the addresses of those that did not.
+    """
+
+    clients: list[Redis | None]
+    keys_in_redis: int
+    unavailable: tuple[str, ...]
+
+
+def answering_targets(backend: Backend) -> Targets:
+    """Return a client for each server whose keyspace holds the app's keys, with its DBSIZE.
 
     The one server, or every primary of a Redis Cluster, ordered by address;
     listings walk them one after another (the cursor names which), within
     one budget for them all. (A failover between two pages changes the
-    primaries: the next page may then skip or repeat some keys.)
+    primaries: the next page may then skip or repeat some keys.) A cluster
+    primary that does not answer (down, before its replica is promoted)
+    leaves its keys out of a listing instead of failing it whole.
+
+    :raises redis.exceptions.RedisError: if no server answers.
     """
-    return [node.client for node in backend.nodes()]
+    clients: list[Redis | None] = []
+    unavailable: list[str] = []
+    keys = 0
+    failure: RedisError | None = None
+    for node in backend.nodes():
+        try:
+            client = node.client
+            keys += int(client.dbsize())
+        except RedisError as exc:
+            failure = failure or exc
+            clients.append(None)
+            unavailable.append(node.address or node.alias)
+            continue
+        clients.append(client)
+    if failure is not None and all(client is None for client in clients):
+        raise failure
+    return Targets(clients, keys, tuple(unavailable))
 
 
 @dataclass(frozen=True)
@@ -165,12 +211,18 @@ def parse_cursor(cursor: str) -> tuple[int, int]:
 
 
 def scan_keys(
-    targets: Sequence[Redis], pattern: str, cursor: str, *, want: int, budget: int = SCAN_BUDGET
+    targets: Sequence[Redis | None],
+    pattern: str,
+    cursor: str,
+    *,
+    want: int,
+    budget: int = SCAN_BUDGET,
 ) -> ScanStep:
     """Walk from ``cursor`` until ``want`` keys match, the budget is spent, or the end.
 
     SCAN's COUNT starts at ``want`` and grows while few keys match (a narrow
     filter on a big keyspace), so a page takes few round trips either way.
+    A target that is ``None`` (a server that did not answer) is skipped.
     A page can hold more than ``want`` keys: the last SCAN call's keys are
     all kept, since a cursor cannot stop half way through a call.
 
@@ -187,8 +239,12 @@ def scan_keys(
     examined = 0
     count = max(1, min(want, budget))
     while index < len(targets) and len(found) < want and examined < budget:
+        target = targets[index]
+        if target is None:
+            index, position = index + 1, 0
+            continue
         count = min(count, budget - examined)
-        position, batch = targets[index].scan(position, match=pattern, count=count)
+        position, batch = target.scan(position, match=pattern, count=count)
         examined += count
         for key in batch:
             found[key.decode("utf-8", "replace") if isinstance(key, bytes) else key] = None

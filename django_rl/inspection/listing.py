@@ -8,20 +8,21 @@ from redis.exceptions import RedisError
 
 from django_rl.backends import get_backend
 from django_rl.conf import get_settings
-from django_rl.exceptions import BackendError, ConfigurationError
+from django_rl.exceptions import BackendError
 from django_rl.inspection.keyspace import (
     FIRST_PAGE,
     SCAN_BUDGET,
+    answering_targets,
     check_filters,
+    is_bookkeeping,
     match_pattern,
     operator_identity,
     parse_cursor,
     parse_key,
     scan_keys,
-    scan_targets,
 )
 from django_rl.inspection.rows import Row, lookup_rows, read_rows
-from django_rl.policies import Policy, get_policy
+from django_rl.policies import Policy, policies_named, policy_names
 
 #: Rows a page aims at, by default and at most.
 PAGE_SIZE = 50
@@ -75,6 +76,8 @@ class Page:
     :ivar keys_in_redis: every key in the Redis databases walked (DBSIZE),
         this app's and others'.
     :ivar skipped: keys under the prefix that are not of this app's form.
+    :ivar unavailable: the servers (cluster primaries, by address) that did
+        not answer: their keys are not on the page.
     """
 
     query: Query
@@ -83,12 +86,16 @@ class Page:
     examined: int = 0
     keys_in_redis: int = 0
     skipped: int = 0
+    unavailable: tuple[str, ...] = ()
 
 
 def list_counters(query: Query) -> Page:
     """Return one page of counters; the work is bounded whatever the keyspace's size.
 
-    :raises BackendError: if Redis cannot answer.
+    A server that does not answer (a cluster primary that is down) is left
+    out, and named in ``Page.unavailable``; the others are listed.
+
+    :raises BackendError: if Redis cannot answer (no server does).
     :raises ConfigurationError: if the settings are invalid, or an exact
         search names a policy that is not configured.
     :raises CursorError: if the cursor names a server there is not.
@@ -96,55 +103,66 @@ def list_counters(query: Query) -> Page:
     settings = get_settings()
     backend = get_backend(settings.connection)
     try:
-        targets = scan_targets(backend)
-        keys_in_redis = sum(int(target.dbsize()) for target in targets)
+        targets = answering_targets(backend)
+        unavailable = list(targets.unavailable)
         if query.exact:
-            names = [query.policy] if query.policy else list(settings.policies)
-            policies = configured_policies(names, strict=query.policy is not None)
-            rows = lookup_rows(backend, policies, operator_identity(query.identity))
-            return Page(query, rows, keys_in_redis=keys_in_redis)
+            policies = configured_policies(
+                [query.policy] if query.policy else None, strict=query.policy is not None
+            )
+            rows = lookup_rows(backend, policies, operator_identity(query.identity), unavailable)
+            return Page(
+                query,
+                rows,
+                keys_in_redis=targets.keys_in_redis,
+                unavailable=tuple(dict.fromkeys(unavailable)),
+            )
         pattern = match_pattern(settings.key_prefix, query.policy, query.identity)
-        step = scan_keys(targets, pattern, query.cursor, want=query.page_size, budget=query.budget)
+        step = scan_keys(
+            targets.clients, pattern, query.cursor, want=query.page_size, budget=query.budget
+        )
         parsed = [parse_key(settings.key_prefix, key) for key in step.keys]
-        rows = read_rows(backend, (p for p in parsed if p is not None))
+        rows = read_rows(backend, (p for p in parsed if p is not None), unavailable)
     except RedisError as exc:
         raise BackendError(f"could not read the rate-limit counters: {exc}") from exc
+    skipped = sum(
+        1
+        for key, found in zip(step.keys, parsed, strict=True)
+        if found is None and not is_bookkeeping(settings.key_prefix, key)
+    )
     return Page(
         query,
         rows,
         next_cursor=step.next_cursor,
         examined=step.examined,
-        keys_in_redis=keys_in_redis,
-        skipped=parsed.count(None),
+        keys_in_redis=targets.keys_in_redis,
+        skipped=skipped,
+        unavailable=tuple(dict.fromkeys(unavailable)),
     )
 
 
 def configured_policies(names: list[str] | None = None, *, strict: bool = False) -> list[Policy]:
-    """Return the policies named (all configured ones by default) that can be built.
+    """Return the policies named (every one by default: settings, code, inline) that can be built.
 
-    A policy whose settings are invalid is left out (``manage.py check``
+    An inline name (``@group``) stands for every policy of that group. A
+    policy whose settings are invalid is left out (``manage.py check``
     reports it; it can have made no decision), unless ``strict``.
 
     :raises ConfigurationError: with ``strict``, for an unknown or invalid one.
     """
     if names is None:
-        names = list(get_settings().policies)
-    policies = []
-    for name in names:
-        try:
-            policies.append(get_policy(name))
-        except ConfigurationError:
-            if strict:
-                raise
-    return policies
+        names = policy_names()
+    return [policy for name in names for policy in policies_named(name, strict=strict)]
 
 
 def reset_everywhere(identity: str) -> dict[str, int]:
-    """Reset ``identity`` under every configured policy, through ``Policy.reset``.
+    """Reset ``identity`` under every policy, through ``Policy.reset``.
 
     ``identity`` is raw or a ``KeyIdentity`` (see ``operator_identity``).
     Return the keys deleted, per policy name.
 
     :raises BackendError: if Redis cannot answer.
     """
-    return {policy.name: policy.reset(identity) for policy in configured_policies()}
+    deleted: dict[str, int] = {}
+    for policy in configured_policies():
+        deleted[policy.name] = deleted.get(policy.name, 0) + policy.reset(identity)
+    return deleted

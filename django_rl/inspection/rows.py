@@ -1,8 +1,10 @@
 """Rows of the live counters: the state of a page of keys, read in one pipeline.
 
-One row per (policy, identity, fingerprint). A row whose fingerprint is the
-policy's current one is *live*: its state is what ``Policy.peek`` would see,
-read with the algorithm's own peek (``queue_peek``) for every row at once.
+One row per (policy, identity, fingerprint). A row whose fingerprint is one
+of the policy's current rates (its only one; each rate of a per-plan policy,
+found in the rate catalogue; each spec of an inline group) is *live*: its
+state is what ``Policy.peek`` would see, read with the algorithm's own peek
+(``queue_peek``) for every row at once, and the row says which rate applied.
 Keys left by an earlier configuration of a policy (another fingerprint) are
 *stale*, and keys of a policy that is no longer configured (or whose settings
 are now invalid) are *unconfigured*: no decision reads either kind, so they
@@ -18,17 +20,18 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import RedisError
+
 from django_rl.algorithms import Reading
-from django_rl.backends import run_reads
-from django_rl.exceptions import ConfigurationError
 from django_rl.keys import KeyIdentity, safe_identity
-from django_rl.policies import Policy, get_policy
+from django_rl.policies import Policy, policies_named
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from django_rl.backends import Backend, RedisNode
     from django_rl.inspection.keyspace import ParsedKey
+    from django_rl.plans import Variant
 
 LIVE = "live"
 STALE = "stale"
@@ -42,8 +45,10 @@ class Row:
     """One (policy, identity) as the page and ``manage.py ratelimit top`` show it.
 
     Numbers are those of a hit of cost 1 now (see ``Decision``); ``used`` is
-    ``Reading.used``. For stale and unconfigured rows only ``reset_after`` is
-    known: the time until their keys expire.
+    ``Reading.used``; ``rate`` the rate whose state the row is (for a
+    per-plan policy, the one its rate function returned). For stale and
+    unconfigured rows only ``reset_after`` is known: the time until their
+    keys expire.
     """
 
     policy: str
@@ -51,6 +56,7 @@ class Row:
     status: str
     keys: tuple[str, ...]
     algorithm: str = ""
+    rate: str = ""
     limit: int = 0
     used: float = 0
     remaining: int = 0
@@ -91,6 +97,7 @@ class Row:
             "identity": str(self.identity),
             "status": self.status,
             "algorithm": self.algorithm,
+            "rate": self.rate,
             "limit": self.limit,
             "used": self.used,
             "remaining": self.remaining,
@@ -134,11 +141,15 @@ def sort_rows(rows: Iterable[Row]) -> list[Row]:
 RowReader = Callable[[Iterator[Any]], "Row | None"]
 
 
-def read_rows(backend: Backend, keys: Iterable[ParsedKey]) -> list[Row]:
+def read_rows(
+    backend: Backend, keys: Iterable[ParsedKey], unavailable: list[str] | None = None
+) -> list[Row]:
     """Return the rows of ``keys``, sorted, their state read in one pipeline per node.
 
     An identity's keys share its hash tag, so the keys of a row all live on
-    one node (the one server; a primary of a cluster).
+    one node (the one server; a primary of a cluster). With ``unavailable``,
+    a node that cannot be read is added to it (by address) and its rows are
+    left out, instead of failing the whole read.
 
     :raises redis.exceptions.RedisError: if Redis cannot answer.
     """
@@ -147,7 +158,7 @@ def read_rows(backend: Backend, keys: Iterable[ParsedKey]) -> list[Row]:
         groups.setdefault((parsed.policy, parsed.identity, parsed.fingerprint), []).append(
             parsed.key
         )
-    policies = {name: _policy_or_none(name) for name, _, _ in groups}
+    variants = {name: _variants_named(name) for name, _, _ in groups}
     on_node: dict[RedisNode, list[tuple[tuple[str, KeyIdentity, str], list[str]]]] = {}
     for row_id, group in groups.items():
         on_node.setdefault(backend.node_for(group[0]), []).append((row_id, group))
@@ -155,46 +166,67 @@ def read_rows(backend: Backend, keys: Iterable[ParsedKey]) -> list[Row]:
     def queue(pipe: Pipeline, node: RedisNode, rows: list[Any]) -> list[RowReader]:
         readers = []
         for (name, identity, fp), group in rows:
-            policy = policies[name]
-            if policy is not None and policy.fingerprint == fp:
-                readers.append(_queue_live(pipe, node, policy, identity, tuple(group)))
+            known = variants[name]
+            if known is not None and fp in known:
+                policy, variant = known[fp]
+                readers.append(_queue_live(pipe, node, policy, variant, identity, tuple(group)))
             else:
-                status = STALE if policy is not None else UNCONFIGURED
+                status = STALE if known is not None else UNCONFIGURED
                 readers.append(_queue_expiring(pipe, name, identity, tuple(group), status))
         return readers
 
     found: list[Row] = []
     for node, rows in on_node.items():
-        readers, replies = run_reads(node.client, functools.partial(queue, node=node, rows=rows))
+        try:
+            readers, replies = node.pipeline(functools.partial(queue, node=node, rows=rows))
+        except RedisError:
+            if unavailable is None:
+                raise
+            unavailable.append(node.address or node.alias)
+            continue
         found += _collect(readers, replies)
     return sort_rows(found)
 
 
-def lookup_rows(backend: Backend, policies: Sequence[Policy], identity: str) -> list[Row]:
+def lookup_rows(
+    backend: Backend,
+    policies: Sequence[Policy],
+    identity: str,
+    unavailable: list[str] | None = None,
+) -> list[Row]:
     """Return the live rows of one identity under ``policies``, read in one pipeline.
 
     The keys are computed, not searched for, so this is as fast with a
     million keys as with ten. ``identity`` is raw (made safe like a
     request's) or a :class:`KeyIdentity`. Its keys share its hash tag: they
-    all live on one node.
+    all live on one node. With ``unavailable``, a node that cannot be read
+    is added to it and no rows are returned, as in :func:`read_rows`.
 
     :raises redis.exceptions.RedisError: if Redis cannot answer.
     """
     stored = KeyIdentity(safe_identity(identity))
     if not policies:
         return []
-    node = backend.node_for(policies[0].key(stored))
+    # Every key of the identity carries its hash tag: any of them names the node.
+    node = backend.node_for(f"{{{stored}}}")
 
     def queue(pipe: Pipeline) -> list[RowReader]:
         readers = []
-        for policy in policies:
-            keys = policy.algorithm.keys(node, policy.key(stored))
+        for policy, variant in rates:
+            keys = variant.algorithm.keys(node, policy.variant_key(variant, stored))
             for key in keys:
                 pipe.exists(key)
-            readers.append(_queue_existing(pipe, node, policy, stored, keys))
+            readers.append(_queue_existing(pipe, node, policy, variant, stored, keys))
         return readers
 
-    readers, replies = run_reads(node.client, queue)
+    try:
+        rates = [(policy, variant) for policy in policies for variant in policy.recorded_variants()]
+        readers, replies = node.pipeline(queue)
+    except RedisError:
+        if unavailable is None:
+            raise
+        unavailable.append(node.address or node.alias)
+        return []
     return sort_rows(_collect(readers, replies))
 
 
@@ -204,35 +236,59 @@ def _collect(readers: list[RowReader], replies: list[Any]) -> list[Row]:
     return [row for row in rows if row is not None]
 
 
-def _policy_or_none(name: str) -> Policy | None:
-    try:
-        return get_policy(name)
-    except ConfigurationError:  # not configured (any more), or its settings are invalid
-        return None
+def _variants_named(name: str) -> dict[str, tuple[Policy, Variant]] | None:
+    """Return the live rates of the policies named ``name``, by fingerprint; None if none is.
+
+    A per-plan policy's rates come from its rate catalogue (one read).
+
+    :raises redis.exceptions.RedisError: if Redis cannot answer.
+    """
+    policies = policies_named(name, strict=False)
+    if not policies:
+        return None  # not configured (any more), or its settings are invalid
+    return {
+        variant.fingerprint: (policy, variant)
+        for policy in policies
+        for variant in policy.recorded_variants()
+    }
 
 
 def _queue_live(
-    pipe: Pipeline, node: RedisNode, policy: Policy, identity: KeyIdentity, keys: tuple[str, ...]
+    pipe: Pipeline,
+    node: RedisNode,
+    policy: Policy,
+    variant: Variant,
+    identity: KeyIdentity,
+    keys: tuple[str, ...],
 ) -> RowReader:
-    read = policy.algorithm.queue_peek(pipe, node, policy.key(identity))
-    return lambda replies: _live_row(policy, identity, keys, read(replies))
+    read = variant.algorithm.queue_peek(pipe, node, policy.variant_key(variant, identity))
+    return lambda replies: _live_row(policy, variant, identity, keys, read(replies))
 
 
 def _queue_existing(
-    pipe: Pipeline, node: RedisNode, policy: Policy, identity: KeyIdentity, keys: list[str]
+    pipe: Pipeline,
+    node: RedisNode,
+    policy: Policy,
+    variant: Variant,
+    identity: KeyIdentity,
+    keys: list[str],
 ) -> RowReader:
-    read = policy.algorithm.queue_peek(pipe, node, policy.key(identity))
+    read = variant.algorithm.queue_peek(pipe, node, policy.variant_key(variant, identity))
 
     def row(replies: Iterator[Any]) -> Row | None:
         existing = tuple(key for key in keys if next(replies))
         reading = read(replies)
-        return _live_row(policy, identity, existing, reading) if existing else None
+        return _live_row(policy, variant, identity, existing, reading) if existing else None
 
     return row
 
 
 def _live_row(
-    policy: Policy, identity: KeyIdentity, keys: tuple[str, ...], reading: Reading
+    policy: Policy,
+    variant: Variant,
+    identity: KeyIdentity,
+    keys: tuple[str, ...],
+    reading: Reading,
 ) -> Row | None:
     if reading.used <= 0:
         return None  # the state expired or was reset between SCAN and this read
@@ -242,8 +298,9 @@ def _live_row(
         identity=identity,
         status=LIVE,
         keys=keys,
-        algorithm=policy.algorithm.name,
-        limit=policy.limit,
+        algorithm=variant.algorithm.name,
+        rate=variant.rate,
+        limit=variant.limit,
         used=reading.used,
         remaining=outcome.remaining,
         denied=not outcome.allowed,

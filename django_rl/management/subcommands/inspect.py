@@ -5,19 +5,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandParser
+from redis.exceptions import RedisError
 
-from django_rl.backends import run_reads
+from django_rl.exceptions import BackendError
 from django_rl.inspection import operator_identity
-from django_rl.inspection.rows import format_duration
+from django_rl.inspection.rows import format_duration, lookup_rows
 from django_rl.keys import safe_identity
 from django_rl.management.subcommands.output import table
-from django_rl.policies import get_policy
+from django_rl.policies import Policy, policies_named
 
 if TYPE_CHECKING:
-    from redis import Redis
     from redis.client import Pipeline
 
-HELP = "Show what a hit of IDENTITY under POLICY would be told now, and its keys in Redis."
+    from django_rl.backends import RedisNode
+
+HELP = (
+    "Show what a hit of IDENTITY under POLICY would be told now, and its keys in Redis "
+    "(for per-plan rates and inline groups: each rate's state)."
+)
 
 
 def add_arguments(parser: CommandParser) -> None:
@@ -29,10 +34,14 @@ def add_arguments(parser: CommandParser) -> None:
 
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> None:
-    policy = get_policy(options["policy"])
+    policies = policies_named(options["policy"])
     identity = operator_identity(options["identity"])
-    decision = policy.peek(identity)
     write = command.stdout.write
+    if len(policies) > 1 or policies[0].per_request:
+        _rates(command, policies, identity)
+        return
+    (policy,) = policies
+    decision = policy.peek(identity)
     write(f"policy       {policy.name} ({policy.algorithm.description})")
     write(f"identity     {safe_identity(identity)}")
     write(f"allowed      {'yes' if decision.allowed else 'no'}")
@@ -42,7 +51,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     write(f"reset after  {format_duration(decision.reset_after)}")
     node = policy.backend.node_for(policy.key(identity))
     keys = policy.algorithm.keys(node, policy.key(identity))
-    rows = _describe(node.client, keys)
+    rows = _describe(node, keys)
     if not rows:
         write("keys         none: no state under this policy")
         return
@@ -50,7 +59,37 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     write(table(["  key", "type", "ttl", "value"], rows, numeric=frozenset()))
 
 
-def _describe(client: Redis, keys: list[str]) -> list[list[str]]:
+def _rates(command: BaseCommand, policies: list[Policy], identity: str) -> None:
+    """Show each rate's state of ``identity``: per-plan rates, or an inline group's specs."""
+    write = command.stdout.write
+    name = policies[0].name
+    write(f"policy       {name} (a state per rate)")
+    write(f"identity     {safe_identity(identity)}")
+    try:
+        rows = lookup_rows(policies[0].backend, policies, identity)
+    except RedisError as exc:
+        raise BackendError(f"could not read policy {name!r}: {exc}") from exc
+    if not rows:
+        write("rates        none: no state under this policy")
+        return
+    header = ["  rate", "algorithm", "used / limit", "remaining", "status", "resets in", "keys"]
+    lines = [
+        [
+            f"  {row.rate}",
+            row.algorithm,
+            f"{row.used_text} / {row.limit}",
+            str(row.remaining),
+            f"denied, retry in {row.retry_text}" if row.denied else "allowed",
+            row.reset_text,
+            " ".join(row.keys),
+        ]
+        for row in rows
+    ]
+    write("rates")
+    write(table(header, lines, numeric=frozenset({2, 3})))
+
+
+def _describe(node: RedisNode, keys: list[str]) -> list[list[str]]:
     """Return (key, type, ttl, value) of the keys that exist, in two round trips."""
 
     def types_and_ttls(pipe: Pipeline) -> None:
@@ -58,7 +97,7 @@ def _describe(client: Redis, keys: list[str]) -> list[list[str]]:
             pipe.type(key)
             pipe.pttl(key)
 
-    _, replies = run_reads(client, types_and_ttls)
+    _, replies = node.pipeline(types_and_ttls)
     found = [
         (key, _text(kind), ttl)
         for key, kind, ttl in zip(keys, replies[::2], replies[1::2], strict=True)
@@ -70,7 +109,7 @@ def _describe(client: Redis, keys: list[str]) -> list[list[str]]:
         for key, kind, _ in found:
             getattr(pipe, readers.get(kind, "type"))(key)
 
-    _, contents = run_reads(client, values)
+    _, contents = node.pipeline(values)
     return [
         [f"  {key}", kind, format_duration(ttl / 1000) if ttl >= 0 else "none", _value(kind, v)]
         for (key, kind, ttl), v in zip(found, contents, strict=True)

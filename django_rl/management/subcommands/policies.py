@@ -1,17 +1,23 @@
-"""``ratelimit policies``: the configured policies, as a table."""
+"""``ratelimit policies``: every policy (settings, code, inline), as a table."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
 from django_rl.conf import get_settings
 from django_rl.exceptions import ConfigurationError
+from django_rl.inline import url_specs
 from django_rl.management.subcommands.output import table
-from django_rl.policies import get_policy
+from django_rl.plans import function_label
+from django_rl.policies import Policy, get_policy, inline_policy, registered_policies
 
-HELP = "List the configured policies: algorithm, limit, identity, key fingerprint."
+HELP = (
+    "List the policies (of settings, of register_policy, and inline ones of the URLconf's "
+    "views): algorithm, limit, rate, identity, key fingerprint."
+)
 
 
 def add_arguments(parser: CommandParser) -> None:
@@ -21,22 +27,18 @@ def add_arguments(parser: CommandParser) -> None:
 def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     settings = get_settings()
     rows = []
-    for name, spec in sorted(settings.policies.items()):
+    specs = {**registered_policies(), **settings.policies}
+    for name, spec in sorted(specs.items()):
         try:
-            policy = get_policy(name)
+            rows.append(_row(get_policy(name), spec))
         except ConfigurationError as exc:
             rows.append([name, "invalid", "", "", "", str(exc)])
-            continue
-        rows.append(
-            [
-                name,
-                policy.algorithm.name,
-                str(policy.limit),
-                _rate(spec),
-                str(spec.get("key", "user_or_ip")),
-                policy.fingerprint,
-            ]
-        )
+    inline = sorted(url_specs().items(), key=lambda item: (item[0].name, item[0].rate_text))
+    for spec, _ in inline:
+        try:
+            rows.append(_row(inline_policy(spec), spec.policy_spec()))
+        except ConfigurationError as exc:
+            rows.append([spec.name, "invalid", "", "", "", str(exc)])
     command.stdout.write(
         f"KEY_PREFIX {settings.key_prefix!r}, CONNECTION {settings.connection!r}, "
         f"FAIL_OPEN {settings.fail_open}"
@@ -46,9 +48,21 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
         return
     header = ["policy", "algorithm", "limit", "rate", "key", "fingerprint"]
     command.stdout.write(table(header, rows, numeric=frozenset({2})))
+    for spec, views in inline:
+        command.stdout.write(f"{spec.name} ({spec.rate_text}): @ratelimit on {', '.join(views)}")
 
 
-def _rate(spec: Any) -> str:
-    if "capacity" in spec:
-        return f"refill {spec['rate']}"
-    return str(spec.get("rate", ""))
+def _row(policy: Policy, spec: Mapping[str, Any]) -> list[str]:
+    key = spec.get("key", "user_or_ip")
+    key_text = key if isinstance(key, str) else function_label(key)
+    if policy.per_request:
+        return [policy.name, str(spec["algorithm"]), "per rate", policy.rate, key_text, "per rate"]
+    rate = f"refill {policy.rate}" if "capacity" in spec else policy.rate
+    return [
+        policy.name,
+        policy.algorithm.name,
+        str(policy.limit),
+        rate,
+        key_text,
+        policy.fingerprint,
+    ]

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rl.inspection import operator_identity, reset_everywhere
 from django_rl.keys import safe_identity
-from django_rl.policies import get_policy
+from django_rl.policies import policies_named
 
 HELP = "Forget an identity's state under one policy, or under every policy with --all-policies."
 
@@ -16,7 +16,7 @@ HELP = "Forget an identity's state under one policy, or under every policy with 
 def add_arguments(parser: CommandParser) -> None:
     parser.usage = "%(prog)s POLICY IDENTITY | %(prog)s --all-policies IDENTITY"
     parser.add_argument(
-        "--all-policies", action="store_true", help="reset IDENTITY under every configured policy"
+        "--all-policies", action="store_true", help="reset IDENTITY under every policy"
     )
     parser.add_argument("words", nargs="+", metavar="POLICY IDENTITY")
 
@@ -37,11 +37,11 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
         return
     if len(words) != 2:
         raise CommandError("reset takes POLICY IDENTITY, or --all-policies IDENTITY")
-    policy = get_policy(words[0])
+    policies = policies_named(words[0])
     identity = operator_identity(words[1])
-    count = policy.reset(identity)
+    count = sum(policy.reset(identity) for policy in policies)
     command.stdout.write(
-        f"Reset {safe_identity(identity)} under {policy.name}: {_keys(count)} deleted."
+        f"Reset {safe_identity(identity)} under {words[0]}: {_keys(count)} deleted."
     )
 
 

@@ -17,7 +17,7 @@ from django_rl.inspection import (
     list_counters,
 )
 from django_rl.management.subcommands.output import table
-from django_rl.policies import get_policy
+from django_rl.policies import policies_named
 
 HELP = "List the identities that use most of POLICY's limit now, heaviest first."
 
@@ -37,22 +37,24 @@ def add_arguments(parser: CommandParser) -> None:
 
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> None:
-    policy = get_policy(options["policy"])
+    name = policies_named(options["policy"])[0].name  # an unknown name fails here
     count, budget = max(1, options["count"]), max(1, options["budget"])
     # One row per identity: SCAN may return a key twice. At most about
     # ``budget`` of them, since SCAN looks at no more keys than that.
     found: dict[str, Row] = {}
     cursor: str | None = FIRST_PAGE
     examined = keys_in_redis = 0
+    unavailable: dict[str, None] = {}  # in order, once each
     while cursor is not None and examined < budget:
         query = Query(
-            policy=policy.name,
+            policy=name,
             cursor=cursor,
             page_size=MAX_PAGE_SIZE,
             budget=min(SCAN_BUDGET, budget - examined),
         )
         page = list_counters(query)
         found.update((row.identity, row) for row in page.rows if row.status == LIVE)
+        unavailable.update(dict.fromkeys(page.unavailable))
         cursor, examined, keys_in_redis = (
             page.next_cursor,
             examined + page.examined,
@@ -75,9 +77,12 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
         ]
         write(table(header, lines, numeric=frozenset({1, 2})))
     else:
-        write(f"No live counters under {policy.name}.")
+        write(f"No live counters under {name}.")
+    if unavailable:
+        write(f"Not listed: the keys on {', '.join(unavailable)}, which did not answer.")
     if cursor is None:
-        write(f"Walked every key in Redis ({keys_in_redis:,}).")
+        where = "of the servers that answered" if unavailable else "in Redis"
+        write(f"Walked every key {where} ({keys_in_redis:,}).")
     else:
         write(
             f"Stopped after SCAN looked at about {examined:,} of {keys_in_redis:,} keys; "

@@ -1,0 +1,433 @@
+"""A policy: an algorithm at a rate (or a rate per request), an identity function, its state.
+
+Policies are made by the registry (``policies.py``): from settings, from
+code (``register_policy``) and inline (``@ratelimit(rate=...)``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from django_rl.algorithms import Algorithm, ParameterError, StaticAlgorithm, Unlimited
+from django_rl.backends import Backend, RedisNode
+from django_rl.decision import Decision
+from django_rl.deny_cache import DenyCache
+from django_rl.exceptions import BackendError, ConfigurationError
+from django_rl.identities import IdentityFunction
+from django_rl.keys import safe_identity
+from django_rl.plans import (
+    CATALOGUE_TTL_MS,
+    PlanRates,
+    Variant,
+    catalogue_key,
+    is_rate_function,
+    make_variant,
+)
+from django_rl.rates import RateError
+from django_rl.reprs import short_repr
+
+#: Retry-After of a request denied because Redis is down and FAIL_OPEN is False.
+DEGRADED_RETRY_AFTER = 1.0
+
+logger = logging.getLogger("django_rl")
+
+
+class Policy:
+    """A limit: an algorithm at a rate, an identity function, and where state lives.
+
+    Get one with :func:`get_policy`. ``identify(request)`` returns the
+    identity a request counts as, or ``None`` if the policy does not apply to
+    it. Methods that take an ``identity`` accept any string; it is made safe
+    for a Redis key (see ``keys.safe_identity``). ``denials`` is the
+    process's deny cache (``None``: every hit asks Redis).
+
+    **Per-plan rates.** Given ``rates`` instead of an ``algorithm``, the rate
+    is chosen per request by a rate function, and every rate keeps its own
+    state (see ``plans.py``). ``hit`` and ``peek`` then need the request
+    (``request=``); ``algorithm``, ``limit``, ``fingerprint`` and ``key``,
+    which belong to one rate, raise ``TypeError``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        algorithm: Algorithm | None,
+        identify: IdentityFunction,
+        backend: Backend,
+        *,
+        key_prefix: str,
+        fail_open: bool,
+        denials: DenyCache | None = None,
+        rates: PlanRates | None = None,
+        rate: str = "",
+        extra: str = "",
+    ) -> None:
+        self.name = name
+        self.identify: IdentityFunction = identify
+        self.backend = backend
+        self.key_prefix = key_prefix
+        self.fail_open = fail_open
+        self.denials = denials
+        self.rates = rates
+        self._variant: Variant | None = None
+        if algorithm is not None:
+            text = rate or str(getattr(algorithm, "rate", ""))
+            self._variant = make_variant(algorithm, text, prefix=key_prefix, name=name, extra=extra)
+        elif rates is None:
+            raise TypeError("a Policy needs an algorithm, or rates chosen per request")
+        #: ``rate: None``: the front doors skip the policy (:meth:`hit_request`).
+        self.unlimited = isinstance(algorithm, Unlimited)
+
+    def __repr__(self) -> str:
+        if self._variant is None:
+            return f"<Policy {self.name!r}: rate per request from {self.rate}>"
+        return f"<Policy {self.name!r}: {self._variant.algorithm.description}>"
+
+    @property
+    def rate(self) -> str:
+        """Return the rate as configured: a rate string, or the rate function's name."""
+        if self.rates is not None:
+            return self.rates.label
+        assert self._variant is not None
+        return self._variant.rate
+
+    @property
+    def per_request(self) -> bool:
+        """Return whether the rate is chosen per request (per-plan rates)."""
+        return self._variant is None
+
+    @property
+    def algorithm(self) -> Algorithm:
+        """Return the algorithm at the policy's rate (not for per-plan rates)."""
+        return self._only().algorithm
+
+    @property
+    def limit(self) -> int:
+        """Return the most hits of cost 1 allowed at once (not for per-plan rates)."""
+        return self._only().limit
+
+    @property
+    def fingerprint(self) -> str:
+        """Return the fingerprint of the policy's keys (not for per-plan rates)."""
+        return self._only().fingerprint
+
+    def _only(self) -> Variant:
+        if self._variant is None:
+            raise TypeError(
+                f"policy {self.name!r} takes its rate from {self.rate} per request: it has "
+                "an algorithm, limit and keys per rate (see Policy.variants())"
+            )
+        return self._variant
+
+    def key(self, identity: str) -> str:
+        """Return the base Redis key of ``identity`` under this policy (not for per-plan rates)."""
+        variant = self._only()
+        return variant.key_head + safe_identity(identity) + variant.key_tail
+
+    def variant_key(self, variant: Variant, identity: str) -> str:
+        """Return the base Redis key of ``identity`` at one of the policy's rates."""
+        return variant.key_head + safe_identity(identity) + variant.key_tail
+
+    def variants(self) -> list[Variant]:
+        """Return the rates this process knows: the one rate, or those decided at so far."""
+        if self.rates is not None:
+            return self.rates.known()
+        assert self._variant is not None
+        return [self._variant]
+
+    def variant_for(self, request: Any) -> Variant | None:
+        """Return the variant that applies to ``request``; ``None`` when no rate does.
+
+        :raises ConfigurationError: if the rate function returns something that
+            is not a valid rate (``django_rl.E007``).
+        """
+        if self._variant is not None:
+            return self._variant
+        assert self.rates is not None
+        rate = self.rates.rate_for(request)
+        if rate is None:
+            return None
+        if not isinstance(rate, str) or is_rate_function(rate):
+            raise self._bad_rate(rate, "it must return a rate string such as '100/h', or None")
+        try:
+            return self.rates.variant(rate)
+        except (RateError, ParameterError) as exc:
+            raise self._bad_rate(rate, str(exc)) from exc
+
+    def _bad_rate(self, rate: object, why: str) -> ConfigurationError:
+        return ConfigurationError(
+            f"rate function {self.rate} of policy {self.name!r} returned {rate!r}: {why}",
+            check_id="django_rl.E007",
+            hint="Return '<count>/<period>' (e.g. '100/h') or None (no limit for that request).",
+        )
+
+    def _variant_of(self, request: Any, method: str) -> Variant | None:
+        if self._variant is not None:
+            return self._variant
+        if request is None:
+            raise TypeError(
+                f"Policy.{method}() of {self.name!r} needs request=: its rate comes from "
+                f"{self.rate}, a function of the request"
+            )
+        return self.variant_for(request)
+
+    def hit(self, identity: str, cost: int = 1, *, request: Any = None) -> Decision:
+        """Count a hit of weight ``cost`` for ``identity`` and decide, in one round trip.
+
+        Never raises for Redis trouble: if Redis cannot answer, the decision
+        follows ``FAIL_OPEN`` and has ``degraded=True``. A hit Redis has
+        already denied until a known time is answered by the deny cache,
+        without Redis (see ``deny_cache.py``).
+
+        :param request: the request, whose rate a per-plan policy asks its
+            rate function for (ignored by a policy with one rate). When the
+            function returns ``None``, nothing is counted and the Decision is
+            allowed with ``limit`` 0: no limit applies.
+        :raises TypeError: for a per-plan policy without ``request``.
+        :raises ValueError: if ``cost`` is not a whole number from 1 to the limit
+            (a hit heavier than the limit could never be allowed).
+        """
+        variant = self._variant if self._variant is not None else self._variant_of(request, "hit")
+        if variant is None:
+            return self._unlimited()
+        if isinstance(variant.algorithm, StaticAlgorithm):
+            return self._static(variant, cost)
+        self._check_cost(variant, cost)
+        return self._hit(variant, identity, cost)
+
+    def _hit(self, variant: Variant, identity: str, cost: int) -> Decision:
+        key = variant.key_head + safe_identity(identity) + variant.key_tail
+        denials = self.denials
+        if denials is not None:
+            known = denials.lookup(key, cost)
+            if known is not None:
+                return known
+            asked_at = denials.clock()
+        try:
+            outcome = self.backend.run(key, variant.algorithm.hit, cost)
+        except RedisError:
+            # The node counted it, and logged its outage or incident once.
+            return self._degraded(variant)
+        allowed, remaining, retry_after_ms, reset_after_ms = outcome
+        # Positional: this runs on every decision, and keywords cost more.
+        decision = Decision(
+            allowed,
+            variant.limit,
+            remaining,
+            retry_after_ms / 1000,
+            reset_after_ms / 1000,
+            self.name,
+            False,
+            variant.window,
+        )
+        if denials is not None and not allowed:
+            any_cost = variant.algorithm.denial_holds_for_any_cost
+            denials.remember(key, decision, cost, asked_at, any_cost=any_cost)
+        if self.rates is not None and self.rates.due(variant):
+            self._record_rate(variant)
+        return decision
+
+    def peek(self, identity: str, *, request: Any = None) -> Decision:
+        """Return what a hit of cost 1 would be told now, counting nothing.
+
+        :param request: as for :meth:`hit`.
+        :raises TypeError: for a per-plan policy without ``request``.
+        :raises BackendError: if Redis cannot answer.
+        """
+        variant = self._variant_of(request, "peek")
+        if variant is None:
+            return self._unlimited()
+        if isinstance(variant.algorithm, StaticAlgorithm):
+            return self._static(variant, 1)
+        key = self.variant_key(variant, identity)
+        try:
+            allowed, remaining, retry_ms, reset_ms = self.backend.run(key, variant.algorithm.peek)
+        except RedisError as exc:
+            raise BackendError(f"could not read policy {self.name!r}: {exc}") from exc
+        return Decision(
+            allowed, variant.limit, remaining, retry_ms / 1000, reset_ms / 1000, self.name,
+            False, variant.window,
+        )  # fmt: skip
+
+    def reset(self, identity: str) -> int:
+        """Forget ``identity``'s state under this policy, at every rate; return the keys deleted.
+
+        A per-plan policy finds its rates in the rate catalogue (``plans.py``)
+        and in this process. Also forgets the identity's entries in this
+        process's deny cache; other processes keep denying until their own
+        entry ends (see ``deny_cache.py``).
+
+        :raises BackendError: if Redis cannot answer.
+        """
+        try:
+            variants = self.recorded_variants() if self.rates is not None else self.variants()
+            # Static rates (None, "0/<period>") keep no state.
+            variants = [v for v in variants if not isinstance(v.algorithm, StaticAlgorithm)]
+            keys = [self.variant_key(variant, identity) for variant in variants]
+            if not keys:
+                return 0
+            # An identity's keys share its hash tag: one slot, one node.
+            return self.backend.run(keys[0], self._delete, variants, keys)
+        except RedisError as exc:
+            raise BackendError(f"could not reset policy {self.name!r}: {exc}") from exc
+        finally:
+            if self.denials is not None:
+                # After the delete, so a denial another thread got from Redis
+                # just before it is forgotten too.
+                for variant in self.variants():
+                    self.denials.forget(self.variant_key(variant, identity))
+
+    def _delete(self, node: RedisNode, first: str, variants: list[Variant], keys: list[str]) -> int:
+        names = [
+            name
+            for variant, key in zip(variants, keys, strict=True)
+            for name in variant.algorithm.keys(node, key)
+        ]
+        # An identity's keys share its hash tag: one slot, one node. One DEL
+        # per key, in one round trip: while a Redis Cluster moves the slot,
+        # some keys may still be on the source and others on the target, and
+        # a DEL of several would be refused (TRYAGAIN); each key's DEL follows
+        # its own redirect instead.
+        _, deleted = node.pipeline(lambda pipe: [pipe.delete(name) for name in names])
+        return sum(int(count) for count in deleted)
+
+    def recorded_variants(self) -> list[Variant]:
+        """Return every rate whose state may exist: the catalogue's and this process's.
+
+        A catalogue entry of an earlier configuration (another fingerprint for
+        the rate now) is left out: no decision reads its state.
+
+        :raises redis.exceptions.RedisError: if Redis cannot answer.
+        """
+        if self.rates is None:
+            return self.variants()
+        key = catalogue_key(self.key_prefix, self.name)
+        entries = self.backend.run(key, _read_catalogue)
+        found = {v.fingerprint: v for v in self.rates.known()}
+        for fingerprint, rate in entries.items():
+            if fingerprint in found:
+                continue
+            try:
+                variant = self.rates.variant(rate)
+            except (RateError, ParameterError):
+                continue
+            if variant.fingerprint == fingerprint:
+                found[fingerprint] = variant
+        return list(found.values())
+
+    def _record_rate(self, variant: Variant) -> None:
+        assert self.rates is not None
+        key = catalogue_key(self.key_prefix, self.name)
+        try:
+            self.backend.run(key, _write_catalogue, variant.fingerprint, variant.rate)
+        except RedisError:
+            self.rates.recorded(variant, ok=False)  # tried again in a few seconds
+            return
+        self.rates.recorded(variant, ok=True)
+
+    def hit_request(self, request: Any, cost: int = 1) -> Decision | None:
+        """Identify ``request`` and hit; ``None`` when the policy does not apply to it.
+
+        It does not apply when the identity function returns ``None``, or a
+        per-plan rate function does. For the front doors, which must never
+        fail a request for its weight: a ``cost`` above the limit (``manage.py
+        check`` reports it as ``django_rl.E014`` where the limit is known
+        before requests) is denied without asking Redis, and logged once. Such
+        a request could never be allowed; the Decision says ``remaining=0``
+        and, as ``retry_after``, the time the policy takes to grant its whole
+        limit.
+
+        A policy of ``rate: None`` applies to no request (``None``, without
+        identifying it); a rate of ``"0/<period>"`` denies every request it
+        applies to, whatever its cost, without Redis and without a log line.
+
+        :raises ValueError: if ``cost`` is not a whole number of at least 1.
+        """
+        if self.unlimited:
+            return None
+        identity = self.identify(request)
+        if identity is None:
+            return None
+        variant = self._variant if self._variant is not None else self.variant_for(request)
+        if variant is None:
+            return None
+        if type(cost) is int and cost > variant.limit:
+            # Static rates have limit 0: checked here, off the usual path.
+            if isinstance(variant.algorithm, StaticAlgorithm):
+                return self._static(variant, cost)
+            return self._too_heavy(variant, cost)
+        self._check_cost(variant, cost)
+        return self._hit(variant, identity, cost)
+
+    def _check_cost(self, variant: Variant, cost: int) -> None:
+        if type(cost) is int and 1 <= cost <= variant.limit:
+            return  # the usual case, in one test (``type`` rules out bool)
+        if type(cost) is not int or cost < 1:
+            raise ValueError(f"cost must be a whole number of at least 1, not {short_repr(cost)}")
+        raise ValueError(
+            f"cost {short_repr(cost)} is above the limit {variant.limit} of policy {self.name!r}: "
+            "such a hit could never be allowed"
+        )
+
+    def _too_heavy(self, variant: Variant, cost: int) -> Decision:
+        _log_too_heavy(self.name, cost, variant.limit)
+        window = float(variant.window or 1)
+        return Decision(False, variant.limit, 0, window, window, self.name, False, variant.window)
+
+    def _unlimited(self) -> Decision:
+        return Decision(True, 0, 0, 0.0, 0.0, self.name)
+
+    def _static(self, variant: Variant, cost: int) -> Decision:
+        """Return the Decision of a static rate (``None`` allows, ``"0/<period>"`` denies)."""
+        if type(cost) is not int or cost < 1:
+            raise ValueError(f"cost must be a whole number of at least 1, not {short_repr(cost)}")
+        assert isinstance(variant.algorithm, StaticAlgorithm)
+        allowed, remaining, retry_ms, reset_ms = variant.algorithm.outcome
+        return Decision(
+            allowed, variant.limit, remaining, retry_ms / 1000, reset_ms / 1000, self.name,
+            False, variant.window,
+        )  # fmt: skip
+
+    def _degraded(self, variant: Variant) -> Decision:
+        return Decision(
+            allowed=self.fail_open,
+            limit=variant.limit,
+            remaining=variant.limit if self.fail_open else 0,
+            retry_after=0.0 if self.fail_open else DEGRADED_RETRY_AFTER,
+            reset_after=0.0,
+            policy=self.name,
+            degraded=True,
+            window=variant.window,
+        )
+
+
+def _read_catalogue(node: RedisNode, key: str) -> dict[str, str]:
+    entries = node.client.hgetall(key)
+    return {_text(k): _text(v) for k, v in entries.items()}
+
+
+def _write_catalogue(node: RedisNode, key: str, fingerprint: str, rate: str) -> None:
+    # Every writer sets the same long TTL, so no write shortens another's.
+    node.client.transaction_replies(
+        (("HSET", key, fingerprint, rate), ("PEXPIRE", key, CATALOGUE_TTL_MS))
+    )
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+@functools.cache
+def _log_too_heavy(name: str, cost: int, limit: int) -> None:
+    """Log, once per process, that requests of ``cost`` under policy ``name`` are all denied."""
+    logger.error(
+        "Requests of cost %s are denied by rate-limit policy %r, whose limit is %d: "
+        "lower the cost or raise the limit (django_rl.E014).",
+        short_repr(cost),
+        name,
+        limit,
+    )
