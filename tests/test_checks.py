@@ -148,7 +148,13 @@ def test_each_malformed_policy_has_its_error(settings, spec, expected):
 )
 def test_bad_rates_are_e007(settings, rate):
     found = errors(settings, policies(p={"algorithm": "fixed_window", "rate": rate}))
-    assert [e.id for e in found] == ["django_rl.E007"]
+    assert [(e.id, e.hint) for e in found] == [
+        (
+            "django_rl.E007",
+            "Write e.g. '5/m', '100/10m', '1000/hour', '100/10' (per 10 s), "
+            "'0/m' (deny every request) or None (no limit).",
+        )
+    ]
 
 
 def test_a_bad_policy_name(settings):
