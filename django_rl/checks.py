@@ -23,6 +23,9 @@ django_rl.E041  DENY_CACHE_MAX_AGE is not a number of seconds in (0, 86400]
 django_rl.E050  HEADERS is not "ietf", "legacy", "both" or None
 django_rl.E051  RATELIMITED_VIEW is not the dotted path of a sync view
 django_rl.E052  a DRF view's throttle_policies is not a list of names
+django_rl.E080  IP_META_KEY is not None, a request.META key or a usable function
+django_rl.E081  IPV4_PREFIX is not a whole number from 1 to 32
+django_rl.E082  IPV6_PREFIX is not a whole number from 1 to 128
 =============== ==========================================================
 
 ``django_rl.W020`` warns about a ``sliding_log`` whose log can take more
@@ -47,7 +50,7 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
-from django_rl.algorithms import ALGORITHMS
+from django_rl.algorithms import ALGORITHMS, StaticAlgorithm
 from django_rl.conf import DEFAULTS, raw_settings
 from django_rl.connection_checks import connection_warnings
 from django_rl.inline import url_specs
@@ -58,6 +61,7 @@ from django_rl.server_checks import check_server  # noqa: F401  (registers it)
 from django_rl.topology_checks import topology_problems
 from django_rl.validation import (
     Problem,
+    ip_meta_key_problems,
     policy_problems,
     policy_warnings,
     ratelimited_view_problems,
@@ -101,8 +105,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 found = policy_problems(name, spec, num_proxies=num_proxies, where=where)
                 problems += found
                 if not found:
+                    algorithm = None
                     if not is_rate_function(spec.get("rate")):  # per-plan: known per request
-                        limits[name] = ALGORITHMS[spec["algorithm"]].from_spec(spec).limit
+                        algorithm = ALGORITHMS[spec["algorithm"]].from_spec(spec)
+                    # rate None allows any cost, and "0/<period>" denies every
+                    # request on purpose: no cost is too heavy for them (E014).
+                    if algorithm is not None and not isinstance(algorithm, StaticAlgorithm):
+                        limits[name] = algorithm.limit
                     warnings += policy_warnings(name, spec, where=where)
             problems += _reference_problems(merged["DEFAULT_POLICY"], specs, limits)
             inline_problems, inline_warnings = _inline_problems(num_proxies)
@@ -110,6 +119,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             warnings += inline_warnings
         if all(p.id != "django_rl.E051" for p in problems):  # its form is right: import it
             problems += ratelimited_view_problems(merged["RATELIMITED_VIEW"])
+        if all(p.id != "django_rl.E080" for p in problems):
+            problems += ip_meta_key_problems(merged["IP_META_KEY"])
     return [Error(p.msg, hint=p.hint, id=p.id) for p in problems] + [
         Warning(w.msg, hint=w.hint, id=w.id) for w in warnings
     ]

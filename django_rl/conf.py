@@ -17,12 +17,16 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_rl.exceptions import ConfigurationError
+from django_rl.identities import AddressSettings
 
 DEFAULTS: Mapping[str, Any] = {
     "CONNECTION": "default",
     "KEY_PREFIX": "rl",
     "FAIL_OPEN": True,
     "NUM_PROXIES": 0,
+    "IP_META_KEY": None,
+    "IPV4_PREFIX": 32,
+    "IPV6_PREFIX": 64,
     "DEFAULT_POLICY": None,
     "POLICIES": {},
     "HEADERS": "ietf",
@@ -47,8 +51,18 @@ class Settings:
     ratelimited_view: str | None = None
     deny_cache_size: int = DEFAULTS["DENY_CACHE_SIZE"]
     deny_cache_max_age: float = DEFAULTS["DENY_CACHE_MAX_AGE"]
+    ip_meta_key: object = None
+    ipv4_prefix: int = DEFAULTS["IPV4_PREFIX"]
+    ipv6_prefix: int = DEFAULTS["IPV6_PREFIX"]
     #: ``"server"``: decisions go by the Redis server's clock; ``"app"``: by this host's.
     clock: str = "server"
+
+    @property
+    def addresses(self) -> AddressSettings:
+        """Return how the ``ip`` identity finds and groups client addresses."""
+        return AddressSettings(
+            self.num_proxies, self.ip_meta_key, self.ipv4_prefix, self.ipv6_prefix
+        )
 
 
 def raw_settings() -> object:
@@ -83,6 +97,9 @@ def get_settings() -> Settings:
         ratelimited_view=merged["RATELIMITED_VIEW"],
         deny_cache_size=merged["DENY_CACHE_SIZE"],
         deny_cache_max_age=merged["DENY_CACHE_MAX_AGE"],
+        ip_meta_key=merged["IP_META_KEY"],
+        ipv4_prefix=merged["IPV4_PREFIX"],
+        ipv6_prefix=merged["IPV6_PREFIX"],
         clock=merged["CLOCK"],
     )
 

@@ -6,15 +6,28 @@ or ``"user:42"``, or ``None`` when the policy does not apply to that request.
 Built-ins are named in a policy's ``key``:
 
 * ``ip``: the client address (``REMOTE_ADDR``, or ``X-Forwarded-For`` when
-  ``NUM_PROXIES`` says how many proxies to trust); IPv6 clients are grouped
-  by their /64 network, since one host usually owns a whole /64, except
-  addresses that stand for an IPv4 client (NAT64, IPv4-mapped; see
-  :func:`_ipv6_identity`).
+  ``NUM_PROXIES`` says how many proxies to trust, or the ``request.META`` key
+  or function ``IP_META_KEY`` names: see :class:`ClientAddress`), grouped by
+  its network: ``IPV4_PREFIX`` bits of an IPv4 address (32: each address),
+  ``IPV6_PREFIX`` of an IPv6 one (64, since one host usually owns a whole
+  /64), except IPv6 addresses that stand for an IPv4 client (NAT64,
+  IPv4-mapped; see :func:`_ipv6_identity`).
 * ``user``: ``user:<pk>`` for an authenticated user, else ``None``.
 * ``user_or_ip``: ``user`` when authenticated, else ``ip`` (the default).
-* ``header:<Name>``: ``<name>:<value>`` of that request header, ``None`` when
-  the header is absent or empty.
+* ``anon``: ``ip`` for an anonymous request, ``None`` (the policy does not
+  apply) for an authenticated user: DRF's ``AnonRateThrottle``.
+* ``header:<Name>``: ``<name>:<value>`` of that request header.
+* ``get:<name>``, ``post:<name>``: ``get:<name>:<value>`` of that query
+  string parameter, ``post:<name>:<value>`` of that form field
+  (``request.POST``); the last value when it is repeated.
 * anything else is a dotted path to ``callable(request) -> str | None``.
+
+A request without the header, parameter or field (or with it empty) is
+counted under one identity shared by all such requests, the name with an
+empty value (``x-api-key:``, ``get:page:``): never exempt, or a client
+would escape the limit by leaving it out. Values come from clients: like
+every identity, they are bounded in keys (a digest when long or unsafe, see
+``keys.safe_identity``).
 """
 
 from __future__ import annotations
@@ -24,10 +37,12 @@ import ipaddress
 import re
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.utils.module_loading import import_string
 
+from django_rl.exceptions import ConfigurationError
 from django_rl.reprs import short_repr
 
 IdentityFunction = Callable[[Any], "str | None"]
@@ -37,6 +52,8 @@ IdentityFunction = Callable[[Any], "str | None"]
 UNKNOWN_IP = "ip:unknown"
 
 _HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
+#: Names a ``get:`` or ``post:`` key may count by: ``page``, ``user.email``, ``ids[]``.
+_FIELD_NAME = re.compile(r"[A-Za-z0-9._\[\]-]{1,64}")
 _PORT = re.compile(r"[0-9]{1,5}")
 #: The first 96 bits (as ints) of the IPv6 ranges whose last 32 bits are an
 #: IPv4 address: IPv4-compatible ``::/96``, IPv4-mapped ``::ffff:0:0/96`` and
@@ -44,20 +61,24 @@ _PORT = re.compile(r"[0-9]{1,5}")
 _EMBEDS_IPV4 = frozenset({0, 0xFFFF, int(ipaddress.IPv6Address("64:ff9b::")) >> 32})
 #: The first 48 bits of the NAT64 local-use prefix ``64:ff9b:1::/48``.
 _NAT64_LOCAL_USE = int(ipaddress.IPv6Address("64:ff9b:1::")) >> 80
-_BUILTINS = ("ip", "user", "user_or_ip")
+_BUILTINS = ("ip", "user", "user_or_ip", "anon")
+#: A request.META key, as ``IP_META_KEY`` names one (``HTTP_CF_CONNECTING_IP``).
+META_KEY = re.compile(r"[A-Z][A-Z0-9_]{0,99}")
 
 
 class IdentitySpecError(ValueError):
     """A policy's ``key`` names no identity function; the message says why."""
 
 
-def _normalize_address(text: str) -> str | None:
+def _normalize_address(text: str, ipv4_prefix: int = 32, ipv6_prefix: int = 64) -> str | None:
     """Return the address in one ``X-Forwarded-For`` entry (or ``REMOTE_ADDR``), or ``None``.
 
     Well-formed, once surrounding spaces are trimmed: a bare IPv4 or IPv6
     address, ``v4:port``, ``[v6]`` or ``[v6]:port``, with a port of 1 to 5
     ASCII digits from 0 to 65535. Anything else is malformed (``None``), so
     the caller falls back rather than count a client under text it wrote.
+    The address is grouped into its network of ``ipv4_prefix`` (IPv4) or
+    ``ipv6_prefix`` (IPv6) bits, written as the network's first address;
     IPv6 addresses become what :func:`_ipv6_identity` says.
     """
     text = text.strip()
@@ -66,10 +87,13 @@ def _normalize_address(text: str) -> str | None:
         # few µs a request, ``inet_pton`` a tenth of that. It accepts exactly
         # the dotted quads ``ipaddress`` accepts (no leading zeros, no short
         # forms), which are then already written the way it writes them.
-        socket.inet_pton(socket.AF_INET, text)
-        return text
+        packed = socket.inet_pton(socket.AF_INET, text)
     except (OSError, ValueError):
         pass
+    else:
+        if ipv4_prefix == 32:
+            return text
+        return _ipv4_network(int.from_bytes(packed, "big"), ipv4_prefix)
     host, version = _split_port(text)
     try:
         address = ipaddress.ip_address(host)
@@ -78,8 +102,15 @@ def _normalize_address(text: str) -> str | None:
     if version and address.version != version:
         return None  # "[1.2.3.4]": brackets are for IPv6 only
     if isinstance(address, ipaddress.IPv6Address):
-        return _ipv6_identity(address)
-    return str(address)
+        return _ipv6_identity(address, ipv4_prefix, ipv6_prefix)
+    return _ipv4_network(int(address), ipv4_prefix)
+
+
+def _ipv4_network(value: int, prefix: int) -> str:
+    """Return the first address of the ``prefix``-bit network of IPv4 address ``value``."""
+    host_bits = 32 - prefix
+    # inet_ntoa writes it as ipaddress does, in a tenth of the time.
+    return socket.inet_ntoa((value >> host_bits << host_bits).to_bytes(4, "big"))
 
 
 def _split_port(text: str) -> tuple[str, int]:
@@ -106,51 +137,160 @@ def _is_port(text: str) -> bool:
     return _PORT.fullmatch(text) is not None and int(text) <= 65_535
 
 
-def _ipv6_identity(address: ipaddress.IPv6Address) -> str:
+def _ipv6_identity(
+    address: ipaddress.IPv6Address, ipv4_prefix: int = 32, ipv6_prefix: int = 64
+) -> str:
     """Return the identity value of an IPv6 client: its network, or the IPv4 it stands for.
 
     * IPv4 embedded in the last 32 bits, by a translator or the old
       conventions: IPv4-mapped ``::ffff:0:0/96``, the NAT64 well-known prefix
       ``64:ff9b::/96`` (RFC 6052) and the deprecated IPv4-compatible
       ``::/96`` (but ``::`` and ``::1``, which are not IPv4 clients): the IPv4
-      address, so clients behind a translator keep a bucket each.
+      address (its ``ipv4_prefix`` network), so clients behind a translator
+      keep a bucket each.
     * The NAT64 local-use prefix ``64:ff9b:1::/48`` (RFC 8215): where the
       IPv4 address sits depends on the prefix length the operator chose
       (/48 to /96), which this cannot know; the whole address, which the
       translator derives from one IPv4 address, so each still has its own.
-    * Any other: its /64 network, since one host usually owns a whole /64.
+    * Any other: its ``ipv6_prefix`` network (/64 by default, since one host
+      usually owns a whole /64).
 
     A zone id (``fe80::1%eth0``) is dropped in every case.
     """
     value = int(address)
     high = value >> 32
     if high in _EMBEDS_IPV4 and (high or value > 1):
-        return str(ipaddress.IPv4Address(value & 0xFFFF_FFFF))
+        return _ipv4_network(value & 0xFFFF_FFFF, ipv4_prefix)
     if value >> 80 == _NAT64_LOCAL_USE:
         return str(ipaddress.IPv6Address(value))
-    return str(ipaddress.IPv6Address(value >> 64 << 64))
+    host_bits = 128 - ipv6_prefix
+    return str(ipaddress.IPv6Address(value >> host_bits << host_bits))
+
+
+@dataclass(frozen=True)
+class AddressSettings:
+    """How the ``ip`` identity finds and groups a client's address.
+
+    The settings ``NUM_PROXIES``, ``IP_META_KEY``, ``IPV4_PREFIX`` and
+    ``IPV6_PREFIX`` (``conf.Settings.addresses``), already validated.
+    ``meta_key`` is ``None``, a ``request.META`` key, the dotted path of a
+    ``callable(request) -> str | None``, or such a callable.
+    """
+
+    num_proxies: int = 0
+    meta_key: object = None
+    ipv4_prefix: int = 32
+    ipv6_prefix: int = 64
+
+
+class ClientAddress:
+    """The ``ip`` identity function under :class:`AddressSettings`: ``request -> "ip:<address>"``.
+
+    The first of these that gives a well-formed address (see
+    :func:`_normalize_address`) counts:
+
+    1. ``IP_META_KEY``: the value of that ``request.META`` key (e.g.
+       ``HTTP_CF_CONNECTING_IP``, the header ``CF-Connecting-IP``), or what
+       the function it names returns (``None``: it does not know);
+    2. with ``NUM_PROXIES`` N > 0, the N-th entry from the right of
+       ``X-Forwarded-For``;
+    3. ``REMOTE_ADDR``;
+
+    and else :data:`UNKNOWN_IP`. A missing or malformed value falls through
+    to the next, so whatever a client writes there, it never becomes an
+    identity of its own text, and never an error.
+
+    :raises ConfigurationError: when built, if ``meta_key`` is a dotted path
+        that does not import or is not callable (``django_rl.E080``).
+    """
+
+    __slots__ = ("ipv4_prefix", "ipv6_prefix", "meta_function", "meta_key", "num_proxies")
+
+    def __init__(self, settings: AddressSettings) -> None:
+        self.num_proxies = settings.num_proxies
+        self.ipv4_prefix = settings.ipv4_prefix
+        self.ipv6_prefix = settings.ipv6_prefix
+        self.meta_key: str | None = None
+        self.meta_function: Callable[[Any], object] | None = None
+        meta = settings.meta_key
+        if isinstance(meta, str) and "." in meta:
+            self.meta_function = _import_meta_function(meta)
+        elif isinstance(meta, str):
+            self.meta_key = meta
+        elif callable(meta):
+            self.meta_function = meta
+
+    def __call__(self, request: Any) -> str:
+        meta = request.META
+        if self.meta_key is not None or self.meta_function is not None:
+            found = self._from_meta_setting(request, meta)
+            if found is not None:
+                return found
+        if self.num_proxies > 0:
+            forwarded = meta.get("HTTP_X_FORWARDED_FOR", "")
+            if forwarded:
+                # rsplit bounds the work whatever the header's length.
+                hops = forwarded.rsplit(",", self.num_proxies)
+                candidate = _normalize_address(
+                    hops[-min(self.num_proxies, len(hops))], self.ipv4_prefix, self.ipv6_prefix
+                )
+                if candidate is not None:
+                    return f"ip:{candidate}"
+        remote = _normalize_address(
+            str(meta.get("REMOTE_ADDR") or ""), self.ipv4_prefix, self.ipv6_prefix
+        )
+        return f"ip:{remote}" if remote is not None else UNKNOWN_IP
+
+    def _from_meta_setting(self, request: Any, meta: Any) -> str | None:
+        if self.meta_function is not None:
+            value = self.meta_function(request)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(
+                    f"DJANGO_RL['IP_META_KEY'] function returned {type(value).__name__}; it "
+                    "must return the client's address as a str (e.g. '203.0.113.9') or None"
+                )
+        else:
+            value = meta.get(self.meta_key)
+        if not isinstance(value, str):
+            return None  # absent (or not text: nothing a client could have written)
+        address = _normalize_address(value, self.ipv4_prefix, self.ipv6_prefix)
+        return None if address is None else f"ip:{address}"
+
+
+def _import_meta_function(path: str) -> Callable[[Any], object]:
+    try:
+        function = import_string(path)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"DJANGO_RL['IP_META_KEY'] {short_repr(path)} could not be imported: {exc}",
+            check_id="django_rl.E080",
+        ) from exc
+    if not callable(function):
+        raise ConfigurationError(
+            f"DJANGO_RL['IP_META_KEY'] {short_repr(path)} is not callable",
+            check_id="django_rl.E080",
+        )
+    result: Callable[[Any], object] = function
+    return result
+
+
+@functools.lru_cache(maxsize=64)
+def _plain_address(num_proxies: int) -> ClientAddress:
+    return ClientAddress(AddressSettings(num_proxies))
 
 
 def client_ip(request: Any, num_proxies: int = 0) -> str:
-    """Return ``ip:<address>`` for the client that sent ``request``.
+    """Return ``ip:<address>`` for the client that sent ``request``, by the default rules.
 
     With ``num_proxies == 0`` only ``REMOTE_ADDR`` counts: a client can write
     any ``X-Forwarded-For`` it likes. With N trusted proxies in front, the
     N-th address from the right of ``X-Forwarded-For`` is the one the first
     trusted proxy saw. A missing or malformed address falls back to
-    ``REMOTE_ADDR``, and then to :data:`UNKNOWN_IP`.
+    ``REMOTE_ADDR``, and then to :data:`UNKNOWN_IP`. IPv4 addresses count
+    whole, IPv6 ones by their /64. (Policies follow the settings instead:
+    ``IP_META_KEY`` and the prefixes too, see :class:`ClientAddress`.)
     """
-    meta = request.META
-    if num_proxies > 0:
-        forwarded = meta.get("HTTP_X_FORWARDED_FOR", "")
-        if forwarded:
-            # rsplit bounds the work whatever the header's length.
-            hops = forwarded.rsplit(",", num_proxies)
-            candidate = _normalize_address(hops[-min(num_proxies, len(hops))])
-            if candidate is not None:
-                return f"ip:{candidate}"
-    remote = _normalize_address(str(meta.get("REMOTE_ADDR") or ""))
-    return f"ip:{remote}" if remote is not None else UNKNOWN_IP
+    return _plain_address(num_proxies)(request)
 
 
 def user_identity(request: Any) -> str | None:
@@ -166,38 +306,93 @@ def user_or_ip(request: Any, num_proxies: int = 0) -> str:
     return user_identity(request) or client_ip(request, num_proxies)
 
 
-def header_identity(request: Any, header: str) -> str | None:
-    """Return ``<header>:<value>`` (header name lower-cased), ``None`` if absent or empty."""
-    value = request.headers.get(header)
-    if not value:
+def _user_or_address(address: ClientAddress, request: Any) -> str:
+    return user_identity(request) or address(request)
+
+
+def _anonymous_address(address: ClientAddress, request: Any) -> str | None:
+    """``anon``: the client address of an anonymous request; ``None`` for a user."""
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
         return None
-    return f"{header.lower()}:{value}"
+    return address(request)
 
 
-def resolve_identity(spec: object, *, num_proxies: int = 0) -> IdentityFunction:
+def header_identity(request: Any, header: str) -> str:
+    """Return ``<header>:<value>`` (header name lower-cased); ``<header>:`` if absent or empty.
+
+    Every request without the header shares ``<header>:``: leaving it out
+    does not escape the limit.
+    """
+    value = request.headers.get(header)
+    return f"{header.lower()}:{value or ''}"
+
+
+def query_identity(request: Any, name: str) -> str:
+    """Return ``get:<name>:<value>`` of query parameter ``name``; ``get:<name>:`` if none."""
+    value = request.GET.get(name)
+    return f"get:{name}:{value or ''}"
+
+
+def form_identity(request: Any, name: str) -> str:
+    """Return ``post:<name>:<value>`` of form field ``name``; ``post:<name>:`` if absent or empty.
+
+    Reads ``request.POST`` (DRF's ``Request.POST`` on DRF views): form data
+    only, so a JSON body counts as absent. A body Django or DRF cannot parse
+    raises their own error (a 400), as it would when the view reads it.
+    """
+    value = request.POST.get(name)
+    return f"post:{name}:{value or ''}"
+
+
+_FIELDS: dict[str, tuple[Callable[..., str], str]] = {
+    "get:": (query_identity, "query string parameter"),
+    "post:": (form_identity, "form field"),
+}
+
+
+def resolve_identity(
+    spec: object, *, num_proxies: int = 0, addresses: AddressSettings | None = None
+) -> IdentityFunction:
     """Return the identity function a policy's ``key`` names.
 
+    :param addresses: how ``ip``, ``user_or_ip`` and ``anon`` find the
+        client's address; by default ``AddressSettings(num_proxies)``.
     :raises IdentitySpecError: for a name that is not a built-in, a
-        ``header:`` spec with a bad header name, or a dotted path that does
-        not import or is not callable.
+        ``header:``, ``get:`` or ``post:`` spec with a bad name, or a dotted
+        path that does not import or is not callable.
+    :raises ConfigurationError: if ``addresses.meta_key`` names a function
+        that cannot be used (``django_rl.E080``) and the key needs it.
     """
     if not isinstance(spec, str) or not spec:
         raise IdentitySpecError(f"key must be a non-empty string, not {short_repr(spec)}")
-    if spec == "ip":
-        return functools.partial(client_ip, num_proxies=num_proxies)
+    if spec in ("ip", "user_or_ip", "anon"):
+        address = ClientAddress(addresses or AddressSettings(num_proxies))
+        if spec == "ip":
+            return address
+        if spec == "user_or_ip":
+            return functools.partial(_user_or_address, address)
+        return functools.partial(_anonymous_address, address)
     if spec == "user":
         return user_identity
-    if spec == "user_or_ip":
-        return functools.partial(user_or_ip, num_proxies=num_proxies)
     if spec.startswith("header:"):
         name = spec.removeprefix("header:")
         if not _HEADER_NAME.fullmatch(name):
             raise IdentitySpecError(f"key {short_repr(spec)} does not name a valid header")
         return functools.partial(header_identity, header=name)
+    for prefix, (read_field, what) in _FIELDS.items():
+        if spec.startswith(prefix):
+            name = spec.removeprefix(prefix)
+            if not _FIELD_NAME.fullmatch(name):
+                raise IdentitySpecError(
+                    f"key {short_repr(spec)} does not name a valid {what} "
+                    "(1 to 64 letters, digits, '.', '_', '-', '[' or ']')"
+                )
+            return functools.partial(read_field, name=name)
     if "." not in spec:
         raise IdentitySpecError(
-            f"key {short_repr(spec)} is not one of {', '.join(_BUILTINS)}, 'header:<Name>' "
-            "or a dotted path to a callable"
+            f"key {short_repr(spec)} is not one of {', '.join(_BUILTINS)}, 'header:<Name>', "
+            "'get:<name>', 'post:<name>' or a dotted path to a callable"
         )
     try:
         function = import_string(spec)

@@ -63,7 +63,7 @@ def build_policy(
     if callable(key):
         identify = checked_identity(key, function_label(key))
     else:
-        identify = resolve_identity(key, num_proxies=settings.num_proxies)
+        identify = resolve_identity(key, addresses=settings.addresses)
     rate = spec["rate"]
     prefix = settings.key_prefix
     algorithm: Algorithm | None = None

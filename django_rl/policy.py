@@ -12,7 +12,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from django_rl.algorithms import Algorithm, ParameterError
+from django_rl.algorithms import Algorithm, ParameterError, StaticAlgorithm, Unlimited
 from django_rl.backends import Backend, RedisNode
 from django_rl.decision import Decision
 from django_rl.deny_cache import DenyCache
@@ -79,6 +79,8 @@ class Policy:
             self._variant = make_variant(algorithm, text, prefix=key_prefix, name=name, extra=extra)
         elif rates is None:
             raise TypeError("a Policy needs an algorithm, or rates chosen per request")
+        #: ``rate: None``: the front doors skip the policy (:meth:`hit_request`).
+        self.unlimited = isinstance(algorithm, Unlimited)
 
     def __repr__(self) -> str:
         if self._variant is None:
@@ -192,6 +194,8 @@ class Policy:
         variant = self._variant if self._variant is not None else self._variant_of(request, "hit")
         if variant is None:
             return self._unlimited()
+        if isinstance(variant.algorithm, StaticAlgorithm):
+            return self._static(variant, cost)
         self._check_cost(variant, cost)
         return self._hit(variant, identity, cost)
 
@@ -237,6 +241,8 @@ class Policy:
         variant = self._variant_of(request, "peek")
         if variant is None:
             return self._unlimited()
+        if isinstance(variant.algorithm, StaticAlgorithm):
+            return self._static(variant, 1)
         key = self.variant_key(variant, identity)
         try:
             allowed, remaining, retry_ms, reset_ms = self.backend.run(key, variant.algorithm.peek)
@@ -259,6 +265,8 @@ class Policy:
         """
         try:
             variants = self.recorded_variants() if self.rates is not None else self.variants()
+            # Static rates (None, "0/<period>") keep no state.
+            variants = [v for v in variants if not isinstance(v.algorithm, StaticAlgorithm)]
             keys = [self.variant_key(variant, identity) for variant in variants]
             if not keys:
                 return 0
@@ -333,8 +341,14 @@ class Policy:
         and, as ``retry_after``, the time the policy takes to grant its whole
         limit.
 
+        A policy of ``rate: None`` applies to no request (``None``, without
+        identifying it); a rate of ``"0/<period>"`` denies every request it
+        applies to, whatever its cost, without Redis and without a log line.
+
         :raises ValueError: if ``cost`` is not a whole number of at least 1.
         """
+        if self.unlimited:
+            return None
         identity = self.identify(request)
         if identity is None:
             return None
@@ -342,6 +356,9 @@ class Policy:
         if variant is None:
             return None
         if type(cost) is int and cost > variant.limit:
+            # Static rates have limit 0: checked here, off the usual path.
+            if isinstance(variant.algorithm, StaticAlgorithm):
+                return self._static(variant, cost)
             return self._too_heavy(variant, cost)
         self._check_cost(variant, cost)
         return self._hit(variant, identity, cost)
@@ -363,6 +380,17 @@ class Policy:
 
     def _unlimited(self) -> Decision:
         return Decision(True, 0, 0, 0.0, 0.0, self.name)
+
+    def _static(self, variant: Variant, cost: int) -> Decision:
+        """Return the Decision of a static rate (``None`` allows, ``"0/<period>"`` denies)."""
+        if type(cost) is not int or cost < 1:
+            raise ValueError(f"cost must be a whole number of at least 1, not {short_repr(cost)}")
+        assert isinstance(variant.algorithm, StaticAlgorithm)
+        allowed, remaining, retry_ms, reset_ms = variant.algorithm.outcome
+        return Decision(
+            allowed, variant.limit, remaining, retry_ms / 1000, reset_ms / 1000, self.name,
+            False, variant.window,
+        )  # fmt: skip
 
     def _degraded(self, variant: Variant) -> Decision:
         return Decision(

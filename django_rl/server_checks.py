@@ -53,6 +53,8 @@ from django_rl.backends.errors import REPLIES, reply_kind
 from django_rl.backends.node import RedisNode
 from django_rl.conf import DEFAULTS, raw_settings
 from django_rl.exceptions import ConfigurationError
+from django_rl.plans import is_rate_function
+from django_rl.rates import parse_rate
 from django_rl.validation import policy_problems, settings_problems
 
 #: The longest ``manage.py check`` waits for the server checks, in seconds.
@@ -128,6 +130,9 @@ def _trial_policies(merged: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     for name, spec in policies.items():
         if policy_problems(name, spec):
             continue
+        rate = spec.get("rate")
+        if rate is None or is_rate_function(rate) or parse_rate(rate).denies_all:
+            continue  # a rate per request (no one algorithm), or static (no state)
         algorithm = spec["algorithm"]
         if algorithm in ALGORITHMS and algorithm not in seen:
             seen.add(algorithm)

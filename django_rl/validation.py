@@ -7,6 +7,7 @@ first one as a :class:`ConfigurationError` if a bad setting is used anyway.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.conf import DEFAULTS
 from django_rl.exceptions import ConfigurationError
 from django_rl.headers import HEADER_MODES
-from django_rl.identities import IdentitySpecError, resolve_identity
+from django_rl.identities import META_KEY, IdentitySpecError, resolve_identity
 from django_rl.keys import INLINE_NAME, SAFE_NAME
 from django_rl.plans import SAMPLE_RATE, RateSpecError, is_rate_function, resolve_rate_function
 from django_rl.rates import RateError
@@ -26,6 +27,11 @@ from django_rl.reprs import short_repr
 
 #: Policy keys every algorithm accepts.
 COMMON_KEYS = frozenset({"algorithm", "key", "fail_open"})
+#: The hint of every malformed rate (django_rl.E007).
+RATE_HINT = (
+    "Write e.g. '5/m', '100/10m', '1000/hour', '100/10' (per 10 s), "
+    "'0/m' (deny every request) or None (no limit)."
+)
 #: Bounds of the deny cache settings (see ``deny_cache.py``).
 MAX_DENY_CACHE_SIZE = 1_000_000
 MAX_DENY_CACHE_MAX_AGE = 86_400
@@ -116,7 +122,82 @@ def settings_problems(raw: object) -> list[Problem]:
             )
         )
     problems += ratelimited_view_problems(merged["RATELIMITED_VIEW"], resolve=False)
-    return problems + deny_cache_problems(merged)
+    problems += ip_meta_key_problems(merged["IP_META_KEY"], resolve=False)
+    return problems + prefix_problems(merged) + deny_cache_problems(merged)
+
+
+#: The prefix settings: (IP version, most bits, check id, what the default means).
+PREFIXES = {
+    "IPV4_PREFIX": (4, 32, "django_rl.E081", "32, the default: each address; 24: each /24"),
+    "IPV6_PREFIX": (6, 128, "django_rl.E082", "64, the default: each /64; 128: each address"),
+}
+
+
+def prefix_problems(merged: Mapping[str, object]) -> list[Problem]:
+    """Return what is wrong with ``IPV4_PREFIX`` and ``IPV6_PREFIX``.
+
+    0 is refused with the rest: one bucket for every client is a key function
+    that returns one identity, not an address rule.
+    """
+    problems = []
+    for name, (version, bits, check_id, meaning) in PREFIXES.items():
+        value = merged[name]
+        if type(value) is not int or not 1 <= value <= bits:
+            problems.append(
+                Problem(
+                    check_id,
+                    f"DJANGO_RL[{name!r}] is {short_repr(value)}",
+                    f"It must be a whole number from 1 to {bits}: how many leading bits of an "
+                    f"IPv{version} address make one client's bucket ({meaning}).",
+                )
+            )
+    return problems
+
+
+def ip_meta_key_problems(value: object, *, resolve: bool = True) -> list[Problem]:
+    """Return what is wrong with ``IP_META_KEY``.
+
+    :param resolve: also import a dotted path and check it is a sync callable
+        (``manage.py check`` does; reading the settings does not import it).
+    """
+    where = "DJANGO_RL['IP_META_KEY']"
+    hint = (
+        "Set it to None (REMOTE_ADDR, and X-Forwarded-For with NUM_PROXIES), a request.META "
+        "key such as 'HTTP_CF_CONNECTING_IP', or the dotted path of a "
+        "function(request) -> str | None."
+    )
+    shown = short_repr(value)
+    if value is None:
+        return []
+    if not isinstance(value, str):
+        if not callable(value):
+            return [Problem("django_rl.E080", f"{where} is {shown}", hint)]
+        function = value
+    elif "." not in value:
+        if META_KEY.fullmatch(value):
+            return []
+        if re.fullmatch(r"[A-Za-z0-9_-]{1,95}", value):  # lower case, or a header's name
+            meta_key = value.upper().replace("-", "_")
+            if meta_key.startswith("HTTP_"):
+                hint = f"request.META keys are upper case: {meta_key!r}."
+            else:
+                meta_key = "HTTP_" + meta_key
+                hint = f"request.META keys are upper case: the header {shown} is {meta_key!r}."
+        return [Problem("django_rl.E080", f"{where} {shown} is not a request.META key", hint)]
+    elif not resolve:
+        return []
+    else:
+        try:
+            function = import_string(value)
+        except ImportError as exc:
+            return [
+                Problem("django_rl.E080", f"{where} {shown} could not be imported: {exc}", hint)
+            ]
+        if not callable(function):
+            return [Problem("django_rl.E080", f"{where} {shown} is not callable", hint)]
+    if iscoroutinefunction(function):
+        return [Problem("django_rl.E080", f"{where} {shown} is an async function", hint)]
+    return []
 
 
 def deny_cache_problems(merged: Mapping[str, object]) -> list[Problem]:
@@ -228,8 +309,8 @@ def policy_problems(
             Problem(
                 "django_rl.E011",
                 f"{where}: {exc}",
-                "Use 'ip', 'user', 'user_or_ip', 'header:<Name>' or the dotted path "
-                "of a callable(request) -> str | None.",
+                "Use 'ip', 'user', 'user_or_ip', 'anon', 'header:<Name>', 'get:<name>', "
+                "'post:<name>' or the dotted path of a callable(request) -> str | None.",
             )
         )
     rate = spec.get("rate")
@@ -295,7 +376,7 @@ def policy_problems(
             Problem(
                 "django_rl.E007",
                 f"{where}: {exc}",
-                "Write '<count>/<period>' with period s, m, h or d, e.g. '5/m' or '100/10m'.",
+                RATE_HINT,
             )
         )
     except ParameterError as exc:

@@ -51,9 +51,14 @@ def test_the_test_settings_are_clean(settings):
         (
             {"algorithm": "sliding_log", "rate": "5/mango"},
             Error(
-                "DJANGO_RL['POLICIES']['p']: rate '5/mango' has an unknown period unit 'mango'; "
-                "use s, m, h or d (optionally with a multiplier, e.g. '100/10m')",
-                hint="Write '<count>/<period>' with period s, m, h or d, e.g. '5/m' or '100/10m'.",
+                "DJANGO_RL['POLICIES']['p']: rate '5/mango' has an unknown period unit 'mango' "
+                "(whole words are read, not the first letter); use s, sec, second, m, min, "
+                "minute, h, hour, d, day, w, week (plurals too), or no unit for seconds "
+                "('100/10')",
+                hint=(
+                    "Write e.g. '5/m', '100/10m', '1000/hour', '100/10' (per 10 s), "
+                    "'0/m' (deny every request) or None (no limit)."
+                ),
                 id="django_rl.E007",
             ),
         ),
@@ -102,8 +107,8 @@ def test_the_test_settings_are_clean(settings):
             Error(
                 "DJANGO_RL['POLICIES']['p']: key 'tests.nowhere.func' could not be imported: "
                 "No module named 'tests.nowhere'",
-                hint="Use 'ip', 'user', 'user_or_ip', 'header:<Name>' or the dotted path of a "
-                "callable(request) -> str | None.",
+                hint="Use 'ip', 'user', 'user_or_ip', 'anon', 'header:<Name>', 'get:<name>', "
+                "'post:<name>' or the dotted path of a callable(request) -> str | None.",
                 id="django_rl.E011",
             ),
         ),
@@ -138,10 +143,18 @@ def test_each_malformed_policy_has_its_error(settings, spec, expected):
     assert errors(settings, policies(p=spec)) == [expected]
 
 
-@pytest.mark.parametrize("rate", ["five/m", "0/m", "5/0s", "5/mango", 5])
+@pytest.mark.parametrize(
+    "rate", ["five/m", "5/0s", "5/mango", 5, "5/", "5/M", "5/mxyz", "5/0", "-1/m", "", 1.5]
+)
 def test_bad_rates_are_e007(settings, rate):
     found = errors(settings, policies(p={"algorithm": "fixed_window", "rate": rate}))
-    assert [e.id for e in found] == ["django_rl.E007"]
+    assert [(e.id, e.hint) for e in found] == [
+        (
+            "django_rl.E007",
+            "Write e.g. '5/m', '100/10m', '1000/hour', '100/10' (per 10 s), "
+            "'0/m' (deny every request) or None (no limit).",
+        )
+    ]
 
 
 def test_a_bad_policy_name(settings):
@@ -242,10 +255,12 @@ def test_views_that_name_unknown_policies(settings):
 
 
 def test_manage_py_check_fails_with_the_error(settings):
-    settings.DJANGO_RL = policies(p={"algorithm": "fixed_window", "rate": "0/m"})
+    settings.DJANGO_RL = policies(p={"algorithm": "fixed_window", "rate": "5/M"})
     with pytest.raises(SystemCheckError) as info:
         call_command("check")
-    assert "(django_rl.E007) DJANGO_RL['POLICIES']['p']: rate '0/m' must allow" in str(info.value)
+    assert "(django_rl.E007) DJANGO_RL['POLICIES']['p']: rate '5/M' has an unknown" in str(
+        info.value
+    )
 
 
 def test_manage_py_check_passes_on_good_settings(capsys):
@@ -299,7 +314,7 @@ SHOWN = "<a whole number of about 5,001 digits>"
             (
                 "django_rl.E007",
                 f"DJANGO_RL['POLICIES']['p']: rate '{'1' * 27}...{'1' * 26}/m' "
-                "must allow between 1 and 1,000,000,000 hits",
+                "must allow at most 1,000,000,000 hits",
             ),
             id="rate",
         ),
@@ -367,5 +382,156 @@ def test_manage_py_check_reports_a_rate_of_thousands_of_digits(settings):
         call_command("check")
     assert [line for line in str(info.value).splitlines() if "django_rl" in line] == [
         f"?: (django_rl.E007) DJANGO_RL['POLICIES']['p']: rate '{'9' * 27}...{'9' * 26}/m' "
-        "must allow between 1 and 1,000,000,000 hits"
+        "must allow at most 1,000,000,000 hits"
     ]
+
+
+NOT_CALLABLE = "a string"
+
+
+def an_address(request):
+    return "198.51.100.7"
+
+
+async def an_async_address(request):
+    return "198.51.100.7"
+
+
+META_HINT = (
+    "Set it to None (REMOTE_ADDR, and X-Forwarded-For with NUM_PROXIES), a request.META key "
+    "such as 'HTTP_CF_CONNECTING_IP', or the dotted path of a function(request) -> str | None."
+)
+V4_HINT = (
+    "It must be a whole number from 1 to 32: how many leading bits of an IPv4 address make "
+    "one client's bucket (32, the default: each address; 24: each /24)."
+)
+V6_HINT = (
+    "It must be a whole number from 1 to 128: how many leading bits of an IPv6 address make "
+    "one client's bucket (64, the default: each /64; 128: each address)."
+)
+
+
+@pytest.mark.parametrize(
+    ("rl", "expected"),
+    [
+        (
+            {"IP_META_KEY": "CF-Connecting-IP"},
+            Error(
+                "DJANGO_RL['IP_META_KEY'] 'CF-Connecting-IP' is not a request.META key",
+                hint="request.META keys are upper case: the header 'CF-Connecting-IP' is "
+                "'HTTP_CF_CONNECTING_IP'.",
+                id="django_rl.E080",
+            ),
+        ),
+        (
+            {"IP_META_KEY": "http_x_real_ip"},
+            Error(
+                "DJANGO_RL['IP_META_KEY'] 'http_x_real_ip' is not a request.META key",
+                hint="request.META keys are upper case: 'HTTP_X_REAL_IP'.",
+                id="django_rl.E080",
+            ),
+        ),
+        (
+            {"IP_META_KEY": "X Real IP"},
+            Error(
+                "DJANGO_RL['IP_META_KEY'] 'X Real IP' is not a request.META key",
+                hint=META_HINT,
+                id="django_rl.E080",
+            ),
+        ),
+        (
+            {"IP_META_KEY": ""},
+            Error(
+                "DJANGO_RL['IP_META_KEY'] '' is not a request.META key",
+                hint=META_HINT,
+                id="django_rl.E080",
+            ),
+        ),
+        (
+            {"IP_META_KEY": 5},
+            Error("DJANGO_RL['IP_META_KEY'] is 5", hint=META_HINT, id="django_rl.E080"),
+        ),
+        (
+            {"IP_META_KEY": "tests.nowhere.address"},
+            Error(
+                "DJANGO_RL['IP_META_KEY'] 'tests.nowhere.address' could not be imported: "
+                "No module named 'tests.nowhere'",
+                hint=META_HINT,
+                id="django_rl.E080",
+            ),
+        ),
+        (
+            {"IP_META_KEY": "tests.test_checks.NOT_CALLABLE"},
+            Error(
+                "DJANGO_RL['IP_META_KEY'] 'tests.test_checks.NOT_CALLABLE' is not callable",
+                hint=META_HINT,
+                id="django_rl.E080",
+            ),
+        ),
+        (
+            {"IP_META_KEY": "tests.test_checks.an_async_address"},
+            Error(
+                "DJANGO_RL['IP_META_KEY'] 'tests.test_checks.an_async_address' is an async "
+                "function",
+                hint=META_HINT,
+                id="django_rl.E080",
+            ),
+        ),
+        *(
+            (
+                {"IPV4_PREFIX": value},
+                Error(f"DJANGO_RL['IPV4_PREFIX'] is {value!r}", hint=V4_HINT, id="django_rl.E081"),
+            )
+            for value in (0, 33, -1, True, "24", 24.0, None)
+        ),
+        *(
+            (
+                {"IPV6_PREFIX": value},
+                Error(f"DJANGO_RL['IPV6_PREFIX'] is {value!r}", hint=V6_HINT, id="django_rl.E082"),
+            )
+            for value in (0, 129, False, "64", 64.0)
+        ),
+    ],
+)
+def test_bad_address_settings(settings, rl, expected):
+    assert errors(settings, rl) == [expected]
+
+
+@pytest.mark.parametrize(
+    "rl",
+    [
+        {"IP_META_KEY": None},
+        {"IP_META_KEY": "HTTP_CF_CONNECTING_IP"},
+        {"IP_META_KEY": "REMOTE_ADDR"},
+        {"IP_META_KEY": "tests.test_checks.an_address"},
+        {"IP_META_KEY": an_address},
+        {"IPV4_PREFIX": 1, "IPV6_PREFIX": 1},
+        {"IPV4_PREFIX": 32, "IPV6_PREFIX": 128},
+        {"IPV4_PREFIX": 24, "IPV6_PREFIX": 48, "NUM_PROXIES": 1},
+    ],
+)
+def test_good_address_settings(settings, rl):
+    assert errors(settings, {**rl, "POLICIES": {"p": {**GOOD, "key": "ip"}}}) == []
+
+
+def test_bad_address_settings_used_anyway_raise_configuration_errors(settings):
+    from django_rl import get_policy
+    from django_rl.exceptions import ConfigurationError
+
+    settings.DJANGO_RL = {"IPV6_PREFIX": 0, "POLICIES": {"p": GOOD}}
+    with pytest.raises(ConfigurationError, match=r"DJANGO_RL\['IPV6_PREFIX'\] is 0 \(django_rl"):
+        get_policy("p")
+    # A function that does not import stops only the policies that read addresses.
+    settings.DJANGO_RL = {
+        "IP_META_KEY": "tests.nowhere.address",
+        "POLICIES": {"by_ip": {**GOOD, "key": "ip"}, "by_user": {**GOOD, "key": "user"}},
+    }
+    with pytest.raises(ConfigurationError, match=r"could not be imported.*django_rl\.E080"):
+        get_policy("by_ip")
+    assert get_policy("by_user").name == "by_user"
+
+
+def test_the_views_of_every_new_rate_form_and_key_pass_the_checks(settings):
+    from tests.urls_syntax import POLICIES
+
+    assert errors(settings, {"POLICIES": POLICIES}, urls="tests.urls_syntax") == []

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import urllib.parse
+from types import SimpleNamespace
 
 from django.test import Client, RequestFactory
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from django_rl import get_policy
-from django_rl.identities import resolve_identity
+from django_rl.identities import AddressSettings, resolve_identity
 from django_rl.keys import MAX_IDENTITY_LENGTH, fingerprint, key_for, safe_identity
 from tests.properties import PURE, WITH_REDIS
 
@@ -90,7 +92,7 @@ def test_identity_functions_never_raise_and_make_safe_keys(
     for spec in ("ip", "user_or_ip", "header:X-Api-Key"):
         identity = resolve_identity(spec, num_proxies=num_proxies)(req)
         if spec == "header:X-Api-Key":
-            assert identity is None if not api_key else identity == f"x-api-key:{api_key}"
+            assert identity == f"x-api-key:{api_key or ''}"
         else:
             assert is_ip_identity(identity), identity
         if identity is not None:
@@ -107,15 +109,19 @@ NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")
 addresses = st.ip_addresses() | st.ip_addresses(network="::/96")
 
 
-def ip_identity(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
-    """The documented identity of a client address: IPv4 as is, IPv6 by its /64 or its IPv4."""
+def ip_identity(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address, v4: int = 32, v6: int = 64
+) -> str:
+    """The documented identity of a client address: its network of ``v4`` (IPv4) or ``v6``
+    (IPv6) bits (32 and 64 by default), or for IPv6 standing for IPv4, the IPv4's."""
     if isinstance(address, ipaddress.IPv6Address):
+        address = ipaddress.IPv6Address(int(address))  # without a zone id
         if any(address in n for n in EMBEDS_IPV4) and address not in NOT_IPV4:
-            return f"ip:{ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)}"
+            return ip_identity(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), v4, v6)
         if address in NAT64_LOCAL_USE:
             return f"ip:{address}"
-        return f"ip:{ipaddress.ip_network(f'{address}/64', strict=False).network_address}"
-    return f"ip:{address}"
+        return f"ip:{ipaddress.ip_network(f'{address}/{v6}', strict=False).network_address}"
+    return f"ip:{ipaddress.ip_network(f'{address}/{v4}', strict=False).network_address}"
 
 
 #: The documented forms of an X-Forwarded-For entry, once trimmed, written apart from
@@ -270,3 +276,109 @@ def test_hostile_headers_through_both_front_doors(settings, redis_client):
     send()
     for raw in redis_client.scan_iter(match="*"):
         assert KEY.fullmatch(raw.decode()), raw
+
+
+# Issue 12's identity sources: query and form values, IP_META_KEY, the prefixes, anon.
+
+#: Arbitrary bytes, a few of them large (up to 40 kB, 120 kB percent-encoded).
+any_bytes = st.binary(max_size=300) | st.integers(5_000, 20_000).map(lambda n: b"\xff{" * n)
+
+
+@PURE
+@given(raw=any_bytes, before=st.sampled_from(["", "a=1&", "page=0&"]))
+def test_query_and_form_values_never_raise_and_make_safe_keys(raw, before):
+    # Percent-encoded, as a browser sends them; Django decodes them as UTF-8,
+    # replacing what is not. A repeated field counts by its last value.
+    encoded = before + "page=" + urllib.parse.quote_from_bytes(raw)
+    value = raw.decode("utf-8", "replace")
+    requests = {
+        "get:page": rf.get("/", QUERY_STRING=encoded),
+        "post:page": rf.post("/", data=encoded, content_type="application/x-www-form-urlencoded"),
+    }
+    for spec, req in requests.items():
+        identity = resolve_identity(spec)(req)
+        assert identity == f"{spec}:{value}"
+        assert KEY.fullmatch(key_for("rl", "p", identity, "0" * 8))
+
+
+@PURE
+@given(
+    value=header_value | near_miss | addresses.map(str) | huge,
+    remote=addresses,
+    v4=st.integers(1, 32),
+    v6=st.integers(1, 128),
+    num_proxies=st.integers(0, 2),
+)
+def test_ip_meta_key_counts_a_well_formed_address_and_falls_back_otherwise(
+    value, remote, v4, v6, num_proxies
+):
+    rules = AddressSettings(num_proxies, "HTTP_CF_CONNECTING_IP", v4, v6)
+    req = request(str(remote))
+    req.META["HTTP_CF_CONNECTING_IP"] = value
+    address = entry_address(value)
+    expected = ip_identity(remote if address is None else address, v4, v6)
+    for spec in ("ip", "user_or_ip", "anon"):
+        identity = resolve_identity(spec, addresses=rules)(req)
+        assert identity == expected
+        assert KEY.fullmatch(key_for("rl", "p", identity, "0" * 8))
+
+
+@PURE
+@given(
+    value=st.none() | header_value | addresses.map(str),
+    remote=header_value,
+    authenticated=st.booleans(),
+)
+def test_anon_and_a_meta_key_function_never_raise(value, remote, authenticated):
+    req = request(remote)
+    req.user = SimpleNamespace(is_authenticated=authenticated, pk=7)
+    rules = AddressSettings(1, lambda r: value)
+    identity = resolve_identity("anon", addresses=rules)(req)
+    if authenticated:
+        assert identity is None
+    else:
+        assert is_ip_identity(identity), identity
+        address = None if value is None else entry_address(value)
+        if address is not None:
+            assert identity == ip_identity(address)
+
+
+def test_hostile_values_of_every_new_key_through_both_front_doors(settings, redis_client):
+    from tests.urls_syntax import POLICIES
+
+    settings.ROOT_URLCONF = "tests.urls_syntax"
+    settings.DJANGO_RL = {
+        "IP_META_KEY": "HTTP_CF_CONNECTING_IP",
+        "IPV4_PREFIX": 24,
+        "IPV6_PREFIX": 48,
+        "POLICIES": POLICIES,
+    }
+    client = Client(raise_request_exception=False)
+
+    @WITH_REDIS
+    @given(
+        name=st.sampled_from(["api_key", "page", "username", "anon", "per_minute"]),
+        door=st.sampled_from(["", "api/"]),
+        raw=any_bytes,
+        text=header_value,
+        remote_addr=header_value,
+    )
+    def send(name, door, raw, text, remote_addr):
+        value = urllib.parse.quote_from_bytes(raw)
+        response = client.generic(
+            "POST",
+            f"/{name}/{door}?page={value}",
+            data=f"username={value}",
+            content_type="application/x-www-form-urlencoded",
+            REMOTE_ADDR=remote_addr,
+            HTTP_CF_CONNECTING_IP=text,
+            HTTP_X_API_KEY=text,
+        )
+        assert response.status_code in {200, 429}, response.status_code
+
+    send()
+    keys = [raw.decode() for raw in redis_client.scan_iter(match="*")]
+    assert keys
+    for key in keys:
+        assert KEY.fullmatch(key), key
+        assert redis_client.pttl(key) != -1

@@ -18,7 +18,8 @@ import io
 import pytest
 from asgiref.sync import async_to_sync
 from django.core.management import call_command
-from django.test import AsyncClient, Client
+from django.http import HttpResponse
+from django.test import AsyncClient, Client, RequestFactory
 
 from django_rl import get_policy
 from django_rl.decorators import ratelimit
@@ -301,3 +302,21 @@ def test_inspect_and_reset_take_an_inline_name(redis_client):
         "Reset ip:127.0.0.1 under @shared: 2 keys deleted.\n"
     )
     assert keys(redis_client) == []
+
+
+def test_an_inline_policy_takes_every_rate_form():
+    """DRF's words and '100/10' are read when applied; '0/m' denies every request, any cost."""
+
+    def view(request):
+        return HttpResponse("ok")
+
+    rf = RequestFactory()
+    words = ratelimit(rate="2/minutes", key="ip", group="forms-words", algorithm="sliding_log")
+    ten = ratelimit(rate="2/10", key="ip", group="forms-ten", algorithm="sliding_log")
+    closed = ratelimit(rate="0/m", key="ip", group="forms-closed", cost=5)(view)
+    for limited in (words(view), ten(view)):
+        assert [limited(rf.get("/")).status_code for _ in range(3)] == [200, 200, 429]
+    denied = closed(rf.get("/"))
+    assert (denied.status_code, denied["Retry-After"]) == (429, "60")
+    with pytest.raises(ConfigurationError, match=r"ratelimit\(rate='5/M'\): .* lower case"):
+        ratelimit(rate="5/M", key="ip")(view)

@@ -338,3 +338,20 @@ def test_checks_of_rate_functions(settings):
             'define a "missing_key" attribute/class',
         ),
     ]
+
+
+def test_a_rate_function_may_return_the_new_rate_forms(redis_client):
+    """'0/m' denies (Retry-After the period) without Redis; DRF's words limit; None skips."""
+    before = commands_run(redis_client)
+    denied = [Client().get("/rate-from-header/", HTTP_X_RATE="0/m") for _ in range(3)]
+    assert [(r.status_code, r["Retry-After"]) for r in denied] == [(429, "60")] * 3
+    assert [ratelimit(r) for r in denied] == [
+        ("@tests.views_inline.rate_from_header", {"r": 0, "t": 60})
+    ] * 3
+    free = [Client().get("/rate-from-header/").status_code for _ in range(3)]  # None
+    assert free == [200] * 3
+    assert commands_run(redis_client) - before == 0
+    words = [Client().get("/rate-from-header/", HTTP_X_RATE="2/hour") for _ in range(3)]
+    assert [r.status_code for r in words] == [200, 200, 429]
+    with pytest.raises(ConfigurationError, match=r"unknown period unit 'M' \(units are lower"):
+        Client().get("/rate-from-header/", HTTP_X_RATE="2/M")

@@ -225,3 +225,23 @@ def test_docs_give_the_rule_the_code_makes():
     assert f"ACL SETUSER django_rl {acl_rule('rl')} >PASSWORD" in text
     cluster = " +cluster|slots +cluster|shards +command"
     assert acl_rule("rl", cluster=True) == acl_rule("rl") + cluster
+
+
+def test_static_and_per_plan_policies_are_not_tried_and_their_algorithm_is(settings, private_redis):
+    # rate None and "0/<period>" keep no state, a rate function has no one rate:
+    # the trial decision of their algorithm runs on a policy with a rate.
+    connect_as(settings, private_redis, f"redis://127.0.0.1:{private_redis.port}")
+    settings.DJANGO_RL = {
+        "POLICIES": {
+            "off": {"algorithm": "fixed_window", "rate": None},
+            "closed": {"algorithm": "sliding_log", "rate": "0/m"},
+            "plans": {"algorithm": "token_bucket", "capacity": 5, "rate": "tests.plans.exact_rate"},
+            **POLICIES,
+        }
+    }
+    before = private_redis.client().info("commandstats")
+    assert [m for m in check_server() if m.id != "django_rl.I070"] == []
+    after = private_redis.client().info("commandstats")
+    assert after.get("cmdstat_evalsha", {}).get("calls", 0) > before.get("cmdstat_evalsha", {}).get(
+        "calls", 0
+    )

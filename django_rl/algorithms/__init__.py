@@ -11,6 +11,7 @@ from django_rl.algorithms.base import (
 )
 from django_rl.algorithms.fixed_window import FixedWindow
 from django_rl.algorithms.sliding_log import SlidingLog
+from django_rl.algorithms.static import DenyAll, StaticAlgorithm, Unlimited
 from django_rl.algorithms.token_bucket import TokenBucket
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
@@ -27,8 +28,11 @@ __all__ = [
     "ALGORITHMS",
     "ALL_PARAMETERS",
     "Algorithm",
+    "DenyAll",
     "Outcome",
     "ParameterError",
     "Reading",
+    "StaticAlgorithm",
+    "Unlimited",
     "fingerprint_text",
 ]

@@ -6,11 +6,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 from django_rl.backends import LuaScript
-from django_rl.rates import Rate, parse_rate
+from django_rl.rates import Rate
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
+    from django_rl.algorithms.static import StaticAlgorithm
     from django_rl.backends import RedisNode
 
 R = TypeVar("R", bound="RateAlgorithm")
@@ -141,8 +142,13 @@ class RateAlgorithm:
         self.rate = rate
 
     @classmethod
-    def from_spec(cls: type[R], spec: Mapping[str, Any]) -> R:
-        return cls(parse_rate(spec["rate"]))
+    def from_spec(cls: type[R], spec: Mapping[str, Any]) -> R | StaticAlgorithm:
+        """Build at ``spec["rate"]``; ``None`` and ``"0/<period>"`` make a static algorithm."""
+        # Here, not at the top: static.py imports this module.
+        from django_rl.algorithms.static import rate_or_static
+
+        rate = rate_or_static(spec["rate"])
+        return cls(rate) if isinstance(rate, Rate) else rate
 
     @property
     def limit(self) -> int:

@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from django_rl.algorithms.base import Outcome, ParameterError, Reading, ScriptAlgorithm
+from django_rl.algorithms.static import StaticAlgorithm, rate_or_static
 from django_rl.backends import LuaScript
-from django_rl.rates import MAX_COUNT, Rate, parse_rate
+from django_rl.rates import MAX_COUNT, Rate
 from django_rl.reprs import short_repr
 
 SCRIPT = LuaScript.from_package(__package__, "token_bucket.lua")
@@ -45,8 +46,12 @@ class TokenBucket(ScriptAlgorithm):
         self.rate = rate
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any]) -> TokenBucket:
-        return cls(spec["capacity"], parse_rate(spec["rate"]))
+    def from_spec(cls, spec: Mapping[str, Any]) -> TokenBucket | StaticAlgorithm:
+        rate = rate_or_static(spec["rate"])
+        if isinstance(rate, Rate):
+            return cls(spec["capacity"], rate)
+        cls(spec["capacity"], Rate(1, 1_000))  # the capacity must still be valid
+        return rate
 
     @property
     def limit(self) -> int:
