@@ -483,3 +483,100 @@ def test_fallback_max_identities_out_of_range_is_a_check_error(settings, size):
     settings.DJANGO_RL = {"FALLBACK_MAX_IDENTITIES": size}
     ((error,),) = [check_settings()]
     assert error.id == "django_rl.E042"
+
+
+FAULT_POLICIES = {
+    "per_minute": {
+        "algorithm": "fixed_window",
+        "rate": "50/m",
+        "key": "ip",
+        "fallback_rate": "3/h",
+    },
+    "log": {"algorithm": "sliding_log", "rate": "50/m", "key": "ip", "fallback_rate": "3/h"},
+    "bucket": {
+        "algorithm": "token_bucket",
+        "capacity": 50,
+        "rate": "50/m",
+        "key": "ip",
+        "fallback_rate": "3/h",
+    },
+}
+#: The views of tests/urls_faults.py, and the policy of each.
+FAULT_URLS = {
+    "/window/": "per_minute",
+    "/window-async/": "per_minute",
+    "/window-class/": "per_minute",
+    "/api/window/": "per_minute",
+    "/log/": "log",
+    "/api/log/": "log",
+    "/bucket/": "bucket",
+    "/api/bucket/": "bucket",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+@pytest.mark.usefixtures("fresh_fallback_hour")
+@pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
+def test_traffic_through_a_fault_gets_at_most_the_fallback_allowance(
+    request, settings, private_redis, caplog, fault
+):
+    """Six threads, one client address each, round the fault suite's views (both front doors)."""
+    caplog.set_level(logging.INFO, logger="django_rl")
+    settings.ROOT_URLCONF = "tests.urls_faults"
+    settings.DJANGO_RL = {"POLICIES": FAULT_POLICIES}
+    stop = threading.Event()
+    answers: list[list[tuple[str, int, str]]] = [[] for _ in range(6)]
+
+    def traffic(index: int) -> None:
+        client = Client(raise_request_exception=False)  # a crash is a 500, counted
+        urls = list(FAULT_URLS)
+        sent = 0
+        while not stop.is_set():
+            url = urls[(sent + index) % len(urls)]
+            response = client.get(url, REMOTE_ADDR=f"10.7.{index}.1")
+            answers[index].append((url, response.status_code, response["RateLimit-Policy"]))
+            sent += 1
+
+    threads = [threading.Thread(target=traffic, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.3)
+        if fault == "SIGKILL":
+            private_redis.kill()
+            time.sleep(1.0)
+            private_redis.start(port=private_redis.port)
+        else:
+            private_redis.pause()
+            time.sleep(1.0)
+            private_redis.resume()
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    statuses = {status for per_thread in answers for _, status, _ in per_thread}
+    local: dict[tuple[str, int], list[int]] = {}
+    for index, per_thread in enumerate(answers):
+        for url, status, policy_header in per_thread:
+            if ";q=3;" in policy_header:  # the fallback's limit: decided in this process
+                local.setdefault((FAULT_URLS[url], index), []).append(status)
+    allowed = {pair: seen.count(200) for pair, seen in local.items()}
+    figures.record(
+        request.config,
+        SECTION,
+        f"{fault}: {sum(map(len, answers)):,} requests, {sum(map(len, local.values())):,} "
+        f"decided locally, {sum(allowed.values())} of them allowed over {len(allowed)} "
+        f"(policy, client) pairs (at most 3 each); statuses {sorted(statuses)}",
+    )
+    assert statuses <= {200, 429}  # zero 500s
+    assert local, "the fault must have made local decisions"
+    # The site-wide bound of one process: the fallback allowance per client.
+    assert max(allowed.values()) <= 3
+    # Redis decides again: a fresh client gets the policy's own limit.
+    probe = Client().get("/log/", REMOTE_ADDR="10.8.0.1")
+    assert (probe.status_code, probe["RateLimit-Policy"]) == (200, '"log";q=50;w=60')
+    outages = get_backend("default").health.outages
+    levels = [r.levelname for r in caplog.records if r.name == "django_rl"]
+    assert outages >= 1 and levels == ["WARNING", "INFO"] * outages
