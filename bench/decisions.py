@@ -7,6 +7,8 @@ Starts its own redis-server on a free port (and stops it), then measures:
 1. speed: µs per allowed decision (median of interleaved rounds, p25-p75),
    ratio to PING and to the row's raw floor, commands and round trips; and
    an inline policy (``@ratelimit(rate=...)``) against the named one (ratio);
+   and the outage fallback: a local decision beside a Redis-backed one, and a
+   Redis-backed one with ``fallback_rate`` set (``bench/fallback.py``);
 2. memory per identity after 100 hits at a limit of 100 (``MEMORY USAGE``);
 3. a flood from one denied client, with and without the local deny cache;
 4. over-admission: 8 threads (800 attempts) and 4 processes (400 attempts)
@@ -26,6 +28,7 @@ import time
 from importlib import metadata
 from typing import Any
 
+from bench.fallback import fallback
 from bench.flood import flood, flood_rows
 from bench.limiters import INLINE_ROW, LIMITERS, NAMED_ROW, Limiter
 from bench.measure import (
@@ -83,6 +86,7 @@ def run(server: RedisServer, *, rounds: int, batch: int) -> dict[str, Any]:
     print_environment(results["environment"])
 
     results["speed"], results["inline_vs_named"] = speed(admin, rounds=rounds, batch=batch)
+    results["fallback"] = fallback(rounds=rounds, batch=batch)
     results["memory"] = memory(admin)
     wait_for_a_fresh_hour(admin)
     results["flood"] = flood(admin, rounds=rounds, batch=batch * 5)

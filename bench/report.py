@@ -93,6 +93,12 @@ def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         f"{inline['named_round_trips']:g} round trips",
         inline["ratio"] <= 1.05 and same_trips,
     )
+    guarded = results["fallback"]["fallback_set_vs_not"]
+    target(
+        "fallback_rate set: a Redis-backed Policy.hit costs what it does without (<= 1.05x)",
+        f"{guarded:.3f}x",
+        guarded <= 1.05,
+    )
     for algorithm, most in MEMORY_TARGETS.items():
         used = results["memory"][f"{algorithm}: Policy.hit"]["bytes"]
         target(f"{algorithm}: memory per identity <= {most} B", f"{used} B", used <= most)

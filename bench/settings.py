@@ -29,7 +29,11 @@ INSTALLED_APPS = [
 ]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 
-CACHES = caches_for(REDIS_URL)
+CACHES = {
+    **caches_for(REDIS_URL),
+    # Where nothing listens (port 1: refused at once): the fallback bench's outage.
+    "dead": caches_for("redis://127.0.0.1:1/0?client_name=dead")["default"],
+}
 
 #: The limits every limiter is measured at: a large one for the speed table
 #: (every decision allowed), 100 for memory and over-admission.

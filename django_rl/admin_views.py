@@ -6,6 +6,9 @@ the admin's own login, permission and CSRF machinery apply.
 
 from __future__ import annotations
 
+import os
+from datetime import datetime
+from datetime import timezone as dt_timezone
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
@@ -24,6 +27,7 @@ from django.utils import timezone
 
 from django_rl.admin_forms import QueryForm, ResetForm
 from django_rl.exceptions import BackendError, ConfigurationError, UnknownPolicy
+from django_rl.fallback import Episode, get_fallback_store
 from django_rl.inspection import (
     FIRST_PAGE,
     CursorError,
@@ -59,6 +63,7 @@ def page(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
         "reset_url": _url(model_admin, "reset"),
         "poll_interval_ms": POLL_INTERVAL_MS,
         "updated": timezone.now(),
+        "fallback": _fallback_context(),
     }
     return TemplateResponse(request, TEMPLATES + "live_counters.html", context)
 
@@ -69,8 +74,14 @@ def data(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
         return JsonResponse({"error": "You may not view the live counters."}, status=403)
     form = QueryForm(request.GET)
     listed, error, status = _list(form)
+    fallback = render_to_string(
+        TEMPLATES + "fallback.html", {"fallback": _fallback_context()}, request
+    ).strip()
     if listed is None:
-        return JsonResponse({"error": error}, status=status)
+        # Said with an error too when there is something to say: local
+        # decisions matter most while Redis cannot be read.
+        answer = {"error": error, "fallback": fallback} if fallback else {"error": error}
+        return JsonResponse(answer, status=status)
     context = _fragments_context(model_admin, request, form, listed)
     return JsonResponse(
         {
@@ -84,6 +95,7 @@ def data(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
             "updated": timezone.now().isoformat(),
             "tbody": render_to_string(TEMPLATES + "rows.html", context, request),
             "summary": render_to_string(TEMPLATES + "summary.html", context, request),
+            "fallback": fallback,
         }
     )
 
@@ -169,6 +181,42 @@ def _fragments_context(
         "examined": f"{min(listed.examined, listed.keys_in_redis):,}" if listed else "",
         "keys_in_redis": f"{listed.keys_in_redis:,}" if listed else "",
         "first_query": form.filters(cursor=None),
+    }
+
+
+def _fallback_context() -> dict[str, Any]:
+    """Return what fallback.html says: whether and since when this process decides locally.
+
+    Only this process is known here: each process of a site has its own
+    local counts (``fallback.py``), and the page is served by one of them.
+    """
+    try:
+        status = get_fallback_store().status()
+    except ConfigurationError:
+        return {}
+    return {
+        "pid": os.getpid(),
+        "current": _episode(status.current),
+        "previous": _episode(status.previous),
+        "identities": f"{status.identities:,}",
+        "max_identities": f"{status.max_identities:,}",
+        "evicted": f"{status.evicted:,}",
+    }
+
+
+def _episode(episode: Episode | None) -> dict[str, Any] | None:
+    if episode is None:
+        return None
+
+    def moment(timestamp: float) -> datetime:
+        return datetime.fromtimestamp(timestamp, tz=dt_timezone.utc)
+
+    return {
+        "since": moment(episode.since),
+        "until": None if episode.until is None else moment(episode.until),
+        "last": moment(episode.last),
+        "decisions": f"{episode.decisions:,}",
+        "policies": ", ".join(episode.policies),
     }
 
 

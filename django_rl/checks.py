@@ -18,8 +18,10 @@ django_rl.E012  DEFAULT_POLICY names no policy
 django_rl.E013  a view names a policy that does not exist
 django_rl.E014  a view's @ratelimit cost is above the limit of a policy it names
 django_rl.E030  a policy's fail_open is not True or False
+django_rl.E031  a policy's fallback_rate is not a rate string
 django_rl.E040  DENY_CACHE_SIZE is not a whole number from 0 to 1,000,000
 django_rl.E041  DENY_CACHE_MAX_AGE is not a number of seconds in (0, 86400]
+django_rl.E042  FALLBACK_MAX_IDENTITIES is not a whole number from 1 to 1,000,000
 django_rl.E050  HEADERS is not "ietf", "legacy", "both" or None
 django_rl.E051  RATELIMITED_VIEW is not the dotted path of a sync view
 django_rl.E052  a DRF view's throttle_policies is not a list of names
@@ -29,7 +31,9 @@ django_rl.E082  IPV6_PREFIX is not a whole number from 1 to 128
 =============== ==========================================================
 
 ``django_rl.W020`` warns about a ``sliding_log`` whose log can take more
-than 1 MB of Redis memory per identity (see :func:`validation.policy_warnings`).
+than 1 MB of Redis memory per identity, ``django_rl.W021`` about a
+``fallback_rate`` looser than the policy's rate (see
+:func:`validation.policy_warnings`).
 Warnings about the connection (``django_rl.W031``..``W033``: no socket
 timeout, retries, a pool shared with another alias) are explained in
 :mod:`django_rl.connection_checks`; problems of a Redis Cluster or Sentinel

@@ -34,6 +34,7 @@ DEFAULTS: Mapping[str, Any] = {
     "DENY_CACHE_SIZE": 10_000,
     "DENY_CACHE_MAX_AGE": 60,
     "CLOCK": "server",
+    "FALLBACK_MAX_IDENTITIES": 10_000,
 }
 
 
@@ -63,6 +64,8 @@ class Settings:
         return AddressSettings(
             self.num_proxies, self.ip_meta_key, self.ipv4_prefix, self.ipv6_prefix
         )
+
+    fallback_max_identities: int = DEFAULTS["FALLBACK_MAX_IDENTITIES"]
 
 
 def raw_settings() -> object:
@@ -101,6 +104,7 @@ def get_settings() -> Settings:
         ipv4_prefix=merged["IPV4_PREFIX"],
         ipv6_prefix=merged["IPV6_PREFIX"],
         clock=merged["CLOCK"],
+        fallback_max_identities=merged["FALLBACK_MAX_IDENTITIES"],
     )
 
 

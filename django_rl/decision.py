@@ -21,12 +21,16 @@ class Decision:
     :ivar reset_after: seconds until the state is back to full
         (``remaining == limit``); ``0.0`` when it already is.
     :ivar policy: the policy's name.
-    :ivar degraded: ``True`` when Redis could not be reached and the decision
-        follows ``FAIL_OPEN`` instead of a count.
+    :ivar degraded: ``True`` when Redis could not answer: the decision follows
+        the policy's ``fallback_rate`` (then ``fallback`` is ``True`` too) or,
+        without one, ``fail_open`` instead of a count.
     :ivar window: seconds the policy's rate takes to grant its whole limit
         (``w`` of the ``RateLimit-Policy`` header), for the rate that decided:
         a policy whose rate depends on the request (per-plan rates) has one
         per rate. ``None`` when unknown.
+    :ivar fallback: ``True`` when the policy's outage fallback decided: a
+        count in this process at its ``fallback_rate`` (``fallback.py``);
+        ``limit``, ``remaining``, the times and ``window`` are the fallback's.
     """
 
     allowed: bool
@@ -37,6 +41,7 @@ class Decision:
     policy: str
     degraded: bool = False
     window: int | None = None
+    fallback: bool = False
 
     @property
     def retry_after_header(self) -> int:

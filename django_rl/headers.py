@@ -105,12 +105,15 @@ def write_headers(target: HeaderTarget, decisions: Sequence[Decision]) -> None:
 def header_values(decisions: Sequence[Decision], mode: str) -> dict[str, str]:
     """Return the rate-limit headers of ``decisions`` in ``mode`` (``"ietf"``, ...).
 
-    A decision made while Redis was down (``degraded``) has no count to
-    report: it is listed in ``RateLimit-Policy`` but reported in ``RateLimit``
-    and the legacy set only when it denied (``r=0``, ``t`` = its Retry-After).
+    A decision that followed ``fail_open`` while Redis could not answer
+    (``degraded``) has no count to report: it is listed in
+    ``RateLimit-Policy`` but reported in ``RateLimit`` and the legacy set
+    only when it denied (``r=0``, ``t`` = its Retry-After). One the outage
+    fallback made (``fallback``) has its local count, and is reported like any
+    other, with the fallback's limit and window.
     """
     headers: dict[str, str] = {}
-    reported = [d for d in decisions if not (d.allowed and d.degraded)]
+    reported = [d for d in decisions if d.fallback or not (d.allowed and d.degraded)]
     closest = closest_to_denial(reported) if reported else None
     if mode in ("ietf", "both"):
         headers["RateLimit-Policy"] = ", ".join(_policy_items(decisions))

@@ -17,10 +17,11 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_rl.algorithms import Algorithm
-from django_rl.backends import get_backend
+from django_rl.backends import get_backend, health
 from django_rl.conf import Settings, get_settings
 from django_rl.deny_cache import get_deny_cache
 from django_rl.exceptions import ConfigurationError, UnknownPolicy
+from django_rl.fallback import LocalFallback, get_fallback_store
 from django_rl.identities import checked_identity, resolve_identity
 from django_rl.inline import InlineSpec, policy_name, url_specs
 from django_rl.plans import (
@@ -78,6 +79,10 @@ def build_policy(
         )
     else:
         algorithm = algorithm_at(spec, rate)
+    fallback_rate = spec.get("fallback_rate")
+    fallback = (
+        None if fallback_rate is None else LocalFallback(name, fallback_rate, get_fallback_store())
+    )
     return Policy(
         name,
         algorithm,
@@ -89,6 +94,7 @@ def build_policy(
         rates=rates,
         rate=rate if isinstance(rate, str) else "",
         extra=extra,
+        fallback=fallback,
     )
 
 
@@ -249,6 +255,31 @@ def policy_names() -> list[str]:
 def all_policies() -> list[Policy]:
     """Return every policy that can be built (invalid ones are ``manage.py check``'s)."""
     return [policy for name in policy_names() for policy in policies_named(name, strict=False)]
+
+
+def fallback_policy_names(alias: str) -> tuple[str, ...]:
+    """Return the named policies on ``alias`` that have a ``fallback_rate``, for the log lines.
+
+    Read from the specs, without building a policy; never raises (an invalid
+    setting is ``manage.py check``'s to report).
+    """
+    try:
+        settings = get_settings()
+        if settings.connection != alias:
+            return ()
+        specs = {**registered_policies(), **settings.policies}
+        return tuple(
+            sorted(
+                str(name)
+                for name, spec in specs.items()
+                if isinstance(spec, Mapping) and spec.get("fallback_rate") is not None
+            )
+        )
+    except Exception:  # a log line must never fail a decision
+        return ()
+
+
+health.fallback_policies = fallback_policy_names
 
 
 @receiver(setting_changed)

@@ -17,6 +17,7 @@ from django_rl.backends import Backend, RedisNode
 from django_rl.decision import Decision
 from django_rl.deny_cache import DenyCache
 from django_rl.exceptions import BackendError, ConfigurationError
+from django_rl.fallback import LocalFallback
 from django_rl.identities import IdentityFunction
 from django_rl.keys import safe_identity
 from django_rl.plans import (
@@ -50,6 +51,11 @@ class Policy:
     state (see ``plans.py``). ``hit`` and ``peek`` then need the request
     (``request=``); ``algorithm``, ``limit``, ``fingerprint`` and ``key``,
     which belong to one rate, raise ``TypeError``.
+
+    **Outage fallback.** Given ``fallback`` (the policy's ``fallback_rate``),
+    what Redis cannot answer is decided in this process at that rate, one
+    count per identity whatever the rate of the request (see
+    ``fallback.py``); without it, by ``fail_open``.
     """
 
     def __init__(
@@ -65,6 +71,7 @@ class Policy:
         rates: PlanRates | None = None,
         rate: str = "",
         extra: str = "",
+        fallback: LocalFallback | None = None,
     ) -> None:
         self.name = name
         self.identify: IdentityFunction = identify
@@ -73,6 +80,7 @@ class Policy:
         self.fail_open = fail_open
         self.denials = denials
         self.rates = rates
+        self.fallback = fallback
         self._variant: Variant | None = None
         if algorithm is not None:
             text = rate or str(getattr(algorithm, "rate", ""))
@@ -178,8 +186,10 @@ class Policy:
     def hit(self, identity: str, cost: int = 1, *, request: Any = None) -> Decision:
         """Count a hit of weight ``cost`` for ``identity`` and decide, in one round trip.
 
-        Never raises for Redis trouble: if Redis cannot answer, the decision
-        follows ``FAIL_OPEN`` and has ``degraded=True``. A hit Redis has
+        Never raises for Redis trouble: if Redis cannot answer (no answer, or
+        an error reply), the decision is made in this process at the policy's
+        ``fallback_rate``, or else follows ``fail_open``, and has
+        ``degraded=True``. A hit Redis has
         already denied until a known time is answered by the deny cache,
         without Redis (see ``deny_cache.py``).
 
@@ -211,7 +221,12 @@ class Policy:
             outcome = self.backend.run(key, variant.algorithm.hit, cost)
         except RedisError:
             # The node counted it, and logged its outage or incident once.
+            if self.fallback is not None:
+                return self.fallback.hit(identity, cost)
             return self._degraded(variant)
+        fallback = self.fallback
+        if fallback is not None and fallback.store.deciding:
+            fallback.store.redis_answered()  # local decisions end: Redis counts again
         allowed, remaining, retry_after_ms, reset_after_ms = outcome
         # Positional: this runs on every decision, and keywords cost more.
         decision = Decision(
@@ -234,9 +249,12 @@ class Policy:
     def peek(self, identity: str, *, request: Any = None) -> Decision:
         """Return what a hit of cost 1 would be told now, counting nothing.
 
+        Never raises for Redis trouble: if Redis cannot answer, the answer is
+        what the policy's outage fallback would tell (its local count), or
+        else follows ``fail_open``, with ``degraded=True``, as :meth:`hit`.
+
         :param request: as for :meth:`hit`.
         :raises TypeError: for a per-plan policy without ``request``.
-        :raises BackendError: if Redis cannot answer.
         """
         variant = self._variant_of(request, "peek")
         if variant is None:
@@ -246,8 +264,10 @@ class Policy:
         key = self.variant_key(variant, identity)
         try:
             allowed, remaining, retry_ms, reset_ms = self.backend.run(key, variant.algorithm.peek)
-        except RedisError as exc:
-            raise BackendError(f"could not read policy {self.name!r}: {exc}") from exc
+        except RedisError:
+            if self.fallback is not None:
+                return self.fallback.peek(identity)
+            return self._degraded(variant)
         return Decision(
             allowed, variant.limit, remaining, retry_ms / 1000, reset_ms / 1000, self.name,
             False, variant.window,
@@ -258,8 +278,9 @@ class Policy:
 
         A per-plan policy finds its rates in the rate catalogue (``plans.py``)
         and in this process. Also forgets the identity's entries in this
-        process's deny cache; other processes keep denying until their own
-        entry ends (see ``deny_cache.py``).
+        process's deny cache and its count in this process's outage fallback
+        (even when Redis cannot answer); other processes keep theirs (see
+        ``deny_cache.py`` and ``fallback.py``).
 
         :raises BackendError: if Redis cannot answer.
         """
@@ -275,6 +296,8 @@ class Policy:
         except RedisError as exc:
             raise BackendError(f"could not reset policy {self.name!r}: {exc}") from exc
         finally:
+            if self.fallback is not None:
+                self.fallback.forget(identity)
             if self.denials is not None:
                 # After the delete, so a denial another thread got from Redis
                 # just before it is forgotten too.

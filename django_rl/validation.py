@@ -18,15 +18,16 @@ from django_rl.algorithms import ALGORITHMS, ALL_PARAMETERS, ParameterError
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.conf import DEFAULTS
 from django_rl.exceptions import ConfigurationError
+from django_rl.fallback import ZERO_FALLBACK
 from django_rl.headers import HEADER_MODES
 from django_rl.identities import META_KEY, IdentitySpecError, resolve_identity
 from django_rl.keys import INLINE_NAME, SAFE_NAME
 from django_rl.plans import SAMPLE_RATE, RateSpecError, is_rate_function, resolve_rate_function
-from django_rl.rates import RateError
+from django_rl.rates import Rate, RateError, parse_rate
 from django_rl.reprs import short_repr
 
 #: Policy keys every algorithm accepts.
-COMMON_KEYS = frozenset({"algorithm", "key", "fail_open"})
+COMMON_KEYS = frozenset({"algorithm", "key", "fail_open", "fallback_rate"})
 #: The hint of every malformed rate (django_rl.E007).
 RATE_HINT = (
     "Write e.g. '5/m', '100/10m', '1000/hour', '100/10' (per 10 s), "
@@ -35,6 +36,9 @@ RATE_HINT = (
 #: Bounds of the deny cache settings (see ``deny_cache.py``).
 MAX_DENY_CACHE_SIZE = 1_000_000
 MAX_DENY_CACHE_MAX_AGE = 86_400
+#: Bound of ``FALLBACK_MAX_IDENTITIES`` (see ``fallback.py``): about 180 MB
+#: per process at the worst-case bytes per identity of docs/reliability.md.
+MAX_FALLBACK_IDENTITIES = 1_000_000
 _NAME_RULE = "1 to 64 letters, digits, '.', '_' or '-'"
 _RATE_FUNCTION_HINT = (
     "Give the dotted path of a callable(request) that returns a rate string such as "
@@ -123,7 +127,9 @@ def settings_problems(raw: object) -> list[Problem]:
         )
     problems += ratelimited_view_problems(merged["RATELIMITED_VIEW"], resolve=False)
     problems += ip_meta_key_problems(merged["IP_META_KEY"], resolve=False)
-    return problems + prefix_problems(merged) + deny_cache_problems(merged)
+    return (
+        problems + prefix_problems(merged) + deny_cache_problems(merged) + fallback_problems(merged)
+    )
 
 
 #: The prefix settings: (IP version, most bits, check id, what the default means).
@@ -198,6 +204,22 @@ def ip_meta_key_problems(value: object, *, resolve: bool = True) -> list[Problem
     if iscoroutinefunction(function):
         return [Problem("django_rl.E080", f"{where} {shown} is an async function", hint)]
     return []
+
+
+def fallback_problems(merged: Mapping[str, object]) -> list[Problem]:
+    """Return what is wrong with ``FALLBACK_MAX_IDENTITIES``."""
+    size = merged["FALLBACK_MAX_IDENTITIES"]
+    if type(size) is int and 1 <= size <= MAX_FALLBACK_IDENTITIES:
+        return []
+    return [
+        Problem(
+            "django_rl.E042",
+            f"DJANGO_RL['FALLBACK_MAX_IDENTITIES'] is {short_repr(size)}",
+            f"It must be a whole number from 1 to {MAX_FALLBACK_IDENTITIES:,}: the most "
+            "identities each process counts locally while Redis cannot answer "
+            "(policies' fallback_rate).",
+        )
+    ]
 
 
 def deny_cache_problems(merged: Mapping[str, object]) -> list[Problem]:
@@ -332,6 +354,7 @@ def policy_problems(
                 "leave it out to follow DJANGO_RL['FAIL_OPEN'].",
             )
         )
+    problems += fallback_rate_problems(spec, where)
     name_of_algorithm = spec.get("algorithm")
     algorithm = ALGORITHMS.get(name_of_algorithm) if isinstance(name_of_algorithm, str) else None
     if algorithm is None:
@@ -386,6 +409,34 @@ def policy_problems(
     return problems
 
 
+def fallback_rate_problems(spec: Mapping[str, object], where: str) -> list[Problem]:
+    """Return what is wrong with a policy's ``fallback_rate`` (absent or ``None``: nothing)."""
+    rate = spec.get("fallback_rate")
+    if rate is None:
+        return []
+    why = (
+        "it is a rate function: a fallback_rate is one rate string for every request"
+        if is_rate_function(rate)
+        else None
+    )
+    if why is None:
+        try:
+            if parse_rate(rate).limit == 0:
+                why = ZERO_FALLBACK.format(rate=short_repr(rate))
+        except RateError as exc:
+            why = str(exc)
+    if why is None:
+        return []
+    return [
+        Problem(
+            "django_rl.E031",
+            f"{where}['fallback_rate']: {why}",
+            "Write '<count>/<period>', e.g. '5/m': what each process allows per identity "
+            "while Redis cannot answer; leave it out to follow fail_open.",
+        )
+    ]
+
+
 def policy_warnings(
     name: str, spec: Mapping[str, object], *, where: str | None = None
 ) -> list[Problem]:
@@ -393,17 +444,20 @@ def policy_warnings(
 
     ``django_rl.W020``: a ``sliding_log`` whose log can take more than
     :data:`LARGE_LOG_BYTES` of Redis memory per identity (a full window of
-    hits of cost 1, one entry each). Not judged for per-plan rates, whose
-    rates are known only per request.
+    hits of cost 1, one entry each). ``django_rl.W021``: a ``fallback_rate``
+    that allows more hits per second than the policy's rate. Neither is
+    judged for per-plan rates, whose rates are known only per request.
     """
     if is_rate_function(spec.get("rate")):
         return []
     where = where or f"DJANGO_RL['POLICIES'][{name!r}]"
     algorithm = ALGORITHMS[str(spec["algorithm"])].from_spec(spec)
+    warnings = _fallback_warnings(spec, algorithm, where)
     if not isinstance(algorithm, SlidingLog) or algorithm.worst_case_bytes <= LARGE_LOG_BYTES:
-        return []
+        return warnings
     size = algorithm.worst_case_bytes
     return [
+        *warnings,
         Problem(
             "django_rl.W020",
             f"{where}: a sliding_log of {algorithm.rate} keeps up to "
@@ -412,5 +466,27 @@ def policy_warnings(
             "Use token_bucket (about 120 bytes per identity, whatever the rate) or "
             "fixed_window, or a lower limit over a shorter period. If the memory is planned "
             "for, add 'django_rl.W020' to SILENCED_SYSTEM_CHECKS.",
+        ),
+    ]
+
+
+def _fallback_warnings(spec: Mapping[str, object], algorithm: object, where: str) -> list[Problem]:
+    """Return ``django_rl.W021`` if the fallback allows more per second than the policy's rate."""
+    text = spec.get("fallback_rate")
+    rate = getattr(algorithm, "rate", None)
+    if text is None or not isinstance(rate, Rate):
+        return []
+    fallback = parse_rate(text)
+    # Exact in integers: fallback.limit / fallback.period > rate.limit / rate.period.
+    if fallback.limit * rate.period_ms <= rate.limit * fallback.period_ms:
+        return []
+    return [
+        Problem(
+            "django_rl.W021",
+            f"{where}: fallback_rate {short_repr(text)} allows more per second than the "
+            f"policy's rate {rate}: while Redis cannot answer, each process lets through "
+            "more than the whole site does when it can",
+            "Use a fallback_rate of at most the policy's rate divided by the number of "
+            "processes (docs/reliability.md, 'Outage fallback').",
         )
     ]

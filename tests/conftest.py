@@ -12,6 +12,7 @@ import redis
 from django.test import override_settings
 
 from django_rl.deny_cache import get_deny_cache
+from django_rl.fallback import get_fallback_store
 from tests import figures, servers
 from tests.redis_server import RedisServer, caches_for
 from tests.topologies import ClusterTopology, SentinelTopology, SingleTopology, Topology
@@ -157,6 +158,8 @@ def _empty_redis(redis_server: RedisServer) -> None:
     denials = get_deny_cache()
     if denials is not None:
         denials.clear()
+    # As are local counts and episodes of an earlier test's outage.
+    get_fallback_store().clear()
 
 
 def server_ms(client: redis.Redis) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 
 import pytest
@@ -176,7 +177,9 @@ def test_json_shape(admin_client):
         "updated",
         "tbody",
         "summary",
+        "fallback",
     }
+    assert data["fallback"] == ""  # this process has not decided locally
     assert (
         data["cursor"],
         data["next_cursor"],
@@ -442,3 +445,50 @@ def test_json_answers_any_query_with_the_page_or_a_bad_request(admin_client):
             assert response.json()["error"]
 
     ask()
+
+
+# Local decisions (the outage fallback)
+
+
+def _local(timestamp: float, fmt: str) -> str:
+    from datetime import datetime, timezone
+
+    from django.utils.timezone import localtime
+
+    return localtime(datetime.fromtimestamp(timestamp, tz=timezone.utc)).strftime(fmt)
+
+
+def test_the_page_says_when_and_since_when_this_process_decides_locally(admin_client, settings):
+    from django_rl.fallback import get_fallback_store
+
+    settings.DJANGO_RL = {
+        "KEY_PREFIX": "t",
+        "POLICIES": {**POLICIES, "fb": {**POLICIES["fw"], "fallback_rate": "3/h"}},
+    }
+    with override_settings(CACHES=caches_for(f"redis://127.0.0.1:{free_port()}/0")):
+        decisions = [get_policy("fb").hit("ip:10.9.9.9") for _ in range(2)]
+        during = get_fallback_store().status().current
+        response = admin_client.get(DATA)
+        page = admin_client.get(PAGE).content.decode()
+    assert [(d.allowed, d.fallback) for d in decisions] == [(True, True)] * 2
+    assert during is not None
+    since = _local(during.since, "%Y-%m-%d %H:%M:%S")
+    last = _local(during.last, "%H:%M:%S")
+    said = (
+        f"This process (pid {os.getpid()}) has been deciding locally since {since}: Redis could "
+        "not answer policies fb, which count at their fallback_rate in each process (2 local "
+        f"decisions, the last at {last}; 1 of at most 10,000 identities held)."
+    )
+    # Said while Redis cannot be read, on the page and with the JSON's error.
+    assert response.status_code == 503
+    assert re.sub(r"<[^>]+>", "", response.json()["fallback"]) == said
+    assert said in re.sub(r"<[^>]+>", "", page)
+    # Redis answers again: the next decision is Redis's, and the page says when it was local.
+    assert not get_policy("fb").hit("ip:10.9.9.9").degraded
+    previous = get_fallback_store().status().previous
+    assert previous is not None
+    until = _local(previous.until, "%Y-%m-%d %H:%M:%S")
+    assert re.sub(r"<[^>]+>", "", admin_client.get(DATA).json()["fallback"]) == (
+        f"This process (pid {os.getpid()}) last decided locally from {since} to {until}, when "
+        "Redis answered again (2 local decisions, policies fb)."
+    )

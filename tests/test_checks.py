@@ -116,7 +116,7 @@ def test_the_test_settings_are_clean(settings):
             {"algorithm": "fixed_window", "rate": "5/m", "rat": "6/m"},
             Error(
                 "DJANGO_RL['POLICIES']['p'] has unknown keys: 'rat'",
-                hint="Policy keys are algorithm, capacity, fail_open, key, rate. "
+                hint="Policy keys are algorithm, capacity, fail_open, fallback_rate, key, rate. "
                 "Check the spelling.",
                 id="django_rl.E005",
             ),

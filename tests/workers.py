@@ -110,3 +110,36 @@ def serve_rounds(
             began = time.time()
             allowed = sum(hit(identity, cost).allowed for _ in range(attempts))
             results.put((allowed, began, time.time()))
+
+
+def hit_through_an_outage(
+    dead_url: str,
+    policies: dict[str, Any],
+    name: str,
+    identity: str,
+    attempts: int,
+    ready: Any,
+    go: Any,
+    results: Any,
+) -> None:
+    """Hit ``name`` for ``identity`` while its Redis (``dead_url``) cannot answer; report counts.
+
+    Every decision is the outage fallback's: reports ``(allowed, fallback
+    decisions)``.
+    """
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    import django
+
+    django.setup()
+    from django.test import override_settings
+
+    from django_rl import get_policy
+    from tests.redis_server import caches_for
+
+    caches = caches_for(dead_url, SOCKET_CONNECT_TIMEOUT=0.2, SOCKET_TIMEOUT=0.2)
+    with override_settings(CACHES=caches, DJANGO_RL={"POLICIES": policies}):
+        policy = get_policy(name)
+        ready.set()
+        go.wait(60)
+        decisions = [policy.hit(identity) for _ in range(attempts)]
+    results.put((sum(d.allowed for d in decisions), sum(d.fallback for d in decisions)))

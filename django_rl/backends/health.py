@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from django_rl.backends.errors import REPLIES, brief, outage_kind
 
@@ -24,6 +25,34 @@ logger = logging.getLogger("django_rl")
 #: Nor by time alone: a quiet site meeting a lasting OOM once a minute would
 #: log every request.
 INCIDENT_QUIET = 1.0
+
+
+def _none(alias: str) -> tuple[str, ...]:
+    return ()
+
+
+#: ``(alias) -> names`` of the policies on that alias that have a
+#: ``fallback_rate``, for the log lines. Set by the policy registry (which the
+#: backends do not import); it must not raise.
+fallback_policies: Callable[[str], tuple[str, ...]] = _none
+
+
+def _what_decides(alias: str, *, reply: bool) -> str:
+    """Return what the log lines say decides while Redis cannot: the fallback, or fail_open."""
+    names = ", ".join(map(repr, fallback_policies(alias)))
+    if reply:
+        if not names:
+            return "decisions it cannot answer follow fail_open"
+        return (
+            "decisions it cannot answer are made in each process at the fallback_rate of "
+            f"policies {names}, the others follow fail_open"
+        )
+    if not names:
+        return "decisions follow fail_open (default FAIL_OPEN)"
+    return (
+        f"policies {names} decide in each process at their fallback_rate, "
+        "the other decisions follow fail_open (default FAIL_OPEN)"
+    )
 
 
 class Health:
@@ -85,11 +114,11 @@ class Health:
             # Logged under the lock, so the log shows transitions in the order
             # they happened (this runs once per outage, not per request).
             logger.warning(
-                "Redis for rate limiting (%s) is unavailable (%s: %s); "
-                "decisions follow fail_open (default FAIL_OPEN) until it answers again.",
+                "Redis for rate limiting (%s) is unavailable (%s: %s); %s until it answers again.",
                 self.name,
                 type(exc).__name__,
                 brief(exc),
+                _what_decides(self.alias, reply=False),
             )
             _details(self.name, exc)
         return True
@@ -144,13 +173,14 @@ class Health:
                 reply = REPLIES[kind]
                 logger.log(
                     reply.level,
-                    "Redis for rate limiting (%s) %s (%s: %s); decisions it cannot answer "
-                    "follow fail_open, and each asks it again. %s. Logged once per incident: "
+                    "Redis for rate limiting (%s) %s (%s: %s); %s, and each asks it again. "
+                    "%s. Logged once per incident: "
                     "until a call succeeds %g s or more after the last such error.",
                     self.name,
                     reply.cause,
                     type(exc).__name__,
                     brief(exc),
+                    _what_decides(self.alias, reply=True),
                     reply.fix,
                     self.incident_quiet,
                 )

@@ -41,6 +41,13 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
         _rates(command, policies, identity)
         return
     (policy,) = policies
+    try:
+        # Read first: peek answers even when Redis cannot (from the outage
+        # fallback or by fail_open), and this command is about Redis's state.
+        node = policy.backend.node_for(policy.key(identity))
+        rows = _describe(node, policy.algorithm.keys(node, policy.key(identity)))
+    except RedisError as exc:
+        raise BackendError(f"could not read policy {policy.name!r}: {exc}") from exc
     decision = policy.peek(identity)
     write(f"policy       {policy.name} ({policy.algorithm.description})")
     write(f"identity     {safe_identity(identity)}")
@@ -49,9 +56,6 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     write(f"remaining    {decision.remaining}")
     write(f"retry after  {format_duration(decision.retry_after)}")
     write(f"reset after  {format_duration(decision.reset_after)}")
-    node = policy.backend.node_for(policy.key(identity))
-    keys = policy.algorithm.keys(node, policy.key(identity))
-    rows = _describe(node, keys)
     if not rows:
         write("keys         none: no state under this policy")
         return

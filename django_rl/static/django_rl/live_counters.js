@@ -11,6 +11,7 @@
   const interval = Number(root.dataset.interval) || 3000;
   const rows = root.querySelector("[data-rl=rows]");
   const summary = root.querySelector("[data-rl=summary]");
+  const fallback = root.querySelector("[data-rl=fallback]");
   const updated = root.querySelector("[data-rl=updated]");
   const pauseButton = root.querySelector("[data-rl=pause]");
   const errorBox = root.querySelector("[data-rl=error]");
@@ -56,6 +57,10 @@
       const data = await response.json().catch(() => null);
       if (data === null) {
         throw new Error("The server did not answer with counters (signed out?). Reload the page.");
+      }
+      if (typeof data.fallback === "string") {
+        // Sent with an error too: local decisions matter most while Redis is down.
+        fallback.innerHTML = data.fallback;
       }
       if (!response.ok) {
         throw new Error(data.error || "The server answered " + response.status + ".");

@@ -1,0 +1,325 @@
+"""The outage fallback: a count per identity and period, in this process, while Redis cannot answer.
+
+A policy with ``fallback_rate`` (a rate string) decides here, instead of by
+``fail_open``, each hit Redis could not answer: an outage (no answer) or an
+error reply of a live server (OOM, NOPERM, ...). The fallback is a plain
+count per period at ``fallback_rate``, whatever the policy's algorithm
+(``capacity`` does not apply), per identity, in this process only:
+
+* **Windows** are aligned on this host's clock (``floor(now / period)``), read
+  from a monotonic clock anchored to the wall clock when the module was
+  imported: a step of the wall clock never reopens a window. Every process
+  of a host therefore has the same windows.
+* **Exact per process**: one lock per process; however many threads decide
+  at once, a window never admits more than the fallback limit per identity.
+* **Bounded memory**: at most ``FALLBACK_MAX_IDENTITIES`` identities (all
+  policies together); a new one evicts the identity whose last hit is the
+  oldest. An evicted identity starts again from zero, so the bound should be
+  above the distinct identities a process sees in one period.
+* **Nothing is written back**: local counts stay here, and Redis's stay in
+  Redis. Around a switch a client can get the fallback allowance on top of
+  what Redis had counted (see docs/reliability.md).
+
+Decisions made here have ``degraded=True`` and ``fallback=True``; ``limit``,
+``remaining`` and the times are the fallback's, so a denial answers 429 with
+the local Retry-After and the headers describe the fallback limit.
+
+:class:`FallbackStore` also notes *when* this process decides locally: an
+episode starts with the first local decision and ends with the first
+decision of a fallback policy Redis answers again (the admin's live counters
+show it).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from django_rl.conf import get_settings
+from django_rl.decision import Decision
+from django_rl.keys import safe_identity
+from django_rl.rates import RateError, parse_rate
+from django_rl.reprs import short_repr
+
+#: Why a fallback_rate of 0 hits is refused (``validation.py`` says it too).
+ZERO_FALLBACK = (
+    "fallback_rate {rate} would deny every request while Redis cannot answer: "
+    "that is fail_open False"
+)
+
+#: Bits of a packed state that hold the count (counts are at most 10**9 < 2**30).
+_COUNT_BITS = 32
+_COUNT_MASK = (1 << _COUNT_BITS) - 1
+
+_ANCHOR_WALL_MS = time.time() * 1000
+_ANCHOR_MONOTONIC = time.monotonic()
+
+
+def now_ms() -> int:
+    """Return this host's time in ms: the wall clock at import, moved on by the monotonic clock.
+
+    Windows are aligned on it; it never goes back, whatever is done to the
+    wall clock.
+    """
+    return int(_ANCHOR_WALL_MS + (time.monotonic() - _ANCHOR_MONOTONIC) * 1000)
+
+
+@dataclass(frozen=True)
+class Episode:
+    """A stretch of time in which this process made local decisions.
+
+    :ivar since: wall-clock time (seconds, the store's clock) of its first local decision.
+    :ivar until: of the Redis-backed decision that ended it; ``None`` while
+        it goes on.
+    :ivar last: of its latest local decision.
+    :ivar decisions: local decisions made in it.
+    :ivar policies: the policies that decided locally in it, sorted.
+    """
+
+    since: float
+    until: float | None
+    last: float
+    decisions: int
+    policies: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FallbackStatus:
+    """What :meth:`FallbackStore.status` reports: the episode under way, the last one, the state."""
+
+    current: Episode | None
+    previous: Episode | None
+    identities: int
+    max_identities: int
+    evicted: int
+
+
+class FallbackStore:
+    """This process's local counts, by policy and identity; at most ``max_identities``.
+
+    Thread-safe: every count is read and written under one lock, so threads
+    never admit more than the limit between them. Each entry is one packed
+    integer (window number and count) under a string key; see
+    docs/reliability.md for the bytes per identity.
+
+    :param max_identities: the most (policy, identity) counts kept (at least 1).
+    :param clock: time in ms (injected by tests); windows are aligned on it.
+    """
+
+    def __init__(self, max_identities: int, clock: Callable[[], int] = now_ms) -> None:
+        if max_identities < 1:
+            raise ValueError(f"max_identities must be at least 1, not {max_identities}")
+        self.max_identities = max_identities
+        self.clock = clock
+        self._counts: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+        #: Identities evicted to make room, since the store was made.
+        self.evicted = 0
+        # The episode under way: [since, last, decisions], and its policies.
+        self._episode: list[float] | None = None
+        self._policies: set[str] = set()
+        self._previous: Episode | None = None
+        #: Whether an episode of local decisions is under way: a plain
+        #: attribute, read without the lock by every Redis-backed decision of
+        #: a fallback policy (a stale read only delays the episode's end).
+        self.deciding = False
+        _stores.add(self)
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def hit(
+        self, key: str, limit: int, period_ms: int, cost: int, policy: str
+    ) -> tuple[bool, int, int]:
+        """Count a hit of ``cost`` on ``key`` if it fits; return ``(allowed, count, now)``.
+
+        ``count`` is the window's count after the hit (with it, if allowed);
+        ``now`` the clock's time in ms when it was decided.
+        """
+        with self._lock:
+            now = self.clock()
+            window = now // period_ms
+            counts = self._counts
+            state = counts.get(key)
+            count = 0
+            if state is not None and state >> _COUNT_BITS == window:
+                count = state & _COUNT_MASK
+            allowed = count + cost <= limit
+            if allowed:
+                count += cost
+            if state is None:
+                while len(counts) >= self.max_identities:
+                    counts.popitem(last=False)
+                    self.evicted += 1
+            else:
+                counts.move_to_end(key)  # the identity hit longest ago is evicted first
+            counts[key] = (window << _COUNT_BITS) | count
+            self._note_local_decision(policy, now)
+        return allowed, count, now
+
+    def read(self, key: str, period_ms: int) -> tuple[int, int]:
+        """Return ``(count, now)`` of ``key`` in the current window, changing nothing."""
+        with self._lock:
+            now = self.clock()
+            state = self._counts.get(key)
+        if state is None or state >> _COUNT_BITS != now // period_ms:
+            return 0, now
+        return state & _COUNT_MASK, now
+
+    def forget(self, key: str) -> None:
+        """Drop the count of ``key``, if any (``Policy.reset`` calls this)."""
+        with self._lock:
+            self._counts.pop(key, None)
+
+    def clear(self) -> None:
+        """Drop every count, the episodes and the eviction count."""
+        with self._lock:
+            self._counts.clear()
+            self.evicted = 0
+            self._episode = None
+            self.deciding = False
+            self._policies = set()
+            self._previous = None
+
+    def redis_answered(self) -> None:
+        """End the episode under way: a decision of a fallback policy was made by Redis."""
+        with self._lock:
+            episode = self._episode
+            if episode is None:
+                return
+            since, last, decisions = episode
+            self._previous = Episode(
+                since, self.clock() / 1000, last, int(decisions), tuple(sorted(self._policies))
+            )
+            self._episode = None
+            self.deciding = False
+            self._policies = set()
+
+    def status(self) -> FallbackStatus:
+        """Return the episode under way (if any), the one before it, and how full the store is."""
+        with self._lock:
+            current = None
+            if self._episode is not None:
+                since, last, decisions = self._episode
+                current = Episode(since, None, last, int(decisions), tuple(sorted(self._policies)))
+            return FallbackStatus(
+                current, self._previous, len(self._counts), self.max_identities, self.evicted
+            )
+
+    def _note_local_decision(self, policy: str, now: int) -> None:
+        # Under the lock. Seconds on the store's clock: wall-clock time, but
+        # without a second clock read per decision.
+        seconds = now / 1000
+        episode = self._episode
+        if episode is None:
+            self._episode = [seconds, seconds, 1]
+            self.deciding = True
+        else:
+            episode[1] = seconds
+            episode[2] += 1
+        self._policies.add(policy)
+
+
+class LocalFallback:
+    """One policy's fallback: its rate, and its counts in the process's store.
+
+    :param policy: the policy's name.
+    :param rate: the ``fallback_rate`` (a rate string).
+    :raises RateError: if ``rate`` does not parse.
+    """
+
+    def __init__(self, policy: str, rate: str, store: FallbackStore) -> None:
+        parsed = parse_rate(rate)
+        if parsed.limit == 0:
+            raise RateError(ZERO_FALLBACK.format(rate=short_repr(rate)))
+        self.policy = policy
+        self.rate = rate
+        self.limit = parsed.limit
+        self.period_ms = parsed.period_ms
+        #: ``w`` of the headers: the seconds the fallback takes to grant its limit.
+        self.window = max(1, math.ceil(parsed.period_ms / 1000))
+        self.store = store
+        # The rate is in the key, so a policy whose fallback_rate changed does
+        # not read the counts of the old one.
+        self._head = f"{policy} {parsed} "
+
+    def __repr__(self) -> str:
+        return f"<LocalFallback {self.policy!r} at {self.rate}>"
+
+    def key(self, identity: str) -> str:
+        """Return the store's key of ``identity`` (made safe: bounded length)."""
+        return self._head + safe_identity(identity)
+
+    def hit(self, identity: str, cost: int = 1) -> Decision:
+        """Count a hit of ``cost`` for ``identity`` in this process and decide.
+
+        A hit heavier than the fallback limit is always denied, until the end
+        of the window (it could never fit).
+        """
+        allowed, count, now = self.store.hit(
+            self.key(identity), self.limit, self.period_ms, cost, self.policy
+        )
+        return self._decision(allowed, count, now)
+
+    def peek(self, identity: str) -> Decision:
+        """Return what a hit of cost 1 would be told now, counting nothing."""
+        count, now = self.store.read(self.key(identity), self.period_ms)
+        return self._decision(count < self.limit, count, now)
+
+    def forget(self, identity: str) -> None:
+        """Drop ``identity``'s local count."""
+        self.store.forget(self.key(identity))
+
+    def _decision(self, allowed: bool, count: int, now: int) -> Decision:
+        # The window ends at the next multiple of the period.
+        left_ms = self.period_ms - now % self.period_ms
+        return Decision(
+            allowed,
+            self.limit,
+            self.limit - count,
+            0.0 if allowed else left_ms / 1000,
+            left_ms / 1000 if count else 0.0,
+            self.policy,
+            True,
+            self.window,
+            True,
+        )
+
+
+_stores: weakref.WeakSet[FallbackStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A forked worker is a process of its own: its own allowance, and a lock
+    # no thread of the parent may be holding.
+    for store in list(_stores):
+        store._lock = threading.Lock()
+        store.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@functools.cache
+def get_fallback_store() -> FallbackStore:
+    """Return this process's store of local counts (``FALLBACK_MAX_IDENTITIES`` at most).
+
+    Built on first use and rebuilt (empty) when the settings change.
+    """
+    return FallbackStore(get_settings().fallback_max_identities)
+
+
+@receiver(setting_changed)
+def _forget_store(*, setting: str, **kwargs: object) -> None:
+    if setting == "DJANGO_RL":
+        get_fallback_store.cache_clear()
