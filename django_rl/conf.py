@@ -29,6 +29,7 @@ DEFAULTS: Mapping[str, Any] = {
     "RATELIMITED_VIEW": None,
     "DENY_CACHE_SIZE": 10_000,
     "DENY_CACHE_MAX_AGE": 60,
+    "OVERRIDES": True,
 }
 
 
@@ -46,6 +47,7 @@ class Settings:
     ratelimited_view: str | None = None
     deny_cache_size: int = DEFAULTS["DENY_CACHE_SIZE"]
     deny_cache_max_age: float = DEFAULTS["DENY_CACHE_MAX_AGE"]
+    overrides: bool = True
 
 
 def raw_settings() -> object:
@@ -80,6 +82,7 @@ def get_settings() -> Settings:
         ratelimited_view=merged["RATELIMITED_VIEW"],
         deny_cache_size=merged["DENY_CACHE_SIZE"],
         deny_cache_max_age=merged["DENY_CACHE_MAX_AGE"],
+        overrides=merged["OVERRIDES"],
     )
 
 
