@@ -7,6 +7,7 @@ Starts its own redis-server on a free port (and stops it), then measures:
 1. speed: µs per allowed decision (median of interleaved rounds, p25-p75),
    ratio to PING and to the row's raw floor, commands and round trips; and
    an inline policy (``@ratelimit(rate=...)``) against the named one (ratio);
+   and a policy with overrides in force against one without (bench/overrides.py);
 2. memory per identity after 100 hits at a limit of 100 (``MEMORY USAGE``);
 3. a flood from one denied client, with and without the local deny cache;
 4. over-admission: 8 threads (800 attempts) and 4 processes (400 attempts)
@@ -26,6 +27,7 @@ import time
 from importlib import metadata
 from typing import Any
 
+from bench import overrides
 from bench.flood import flood, flood_rows
 from bench.limiters import INLINE_ROW, LIMITERS, NAMED_ROW, Limiter
 from bench.measure import (
@@ -51,6 +53,7 @@ PACKAGES = (
 )
 #: Clients the speed rows spread their hits over.
 POPULATION = 1000
+ADDRESSES = [f"10.{i // 65536}.{i // 256 % 256}.{i % 256}" for i in range(POPULATION)]
 COUNTED_DECISIONS = 300
 
 
@@ -83,6 +86,7 @@ def run(server: RedisServer, *, rounds: int, batch: int) -> dict[str, Any]:
     print_environment(results["environment"])
 
     results["speed"], results["inline_vs_named"] = speed(admin, rounds=rounds, batch=batch)
+    results["overrides"] = overrides.compare(admin, ADDRESSES, decisions=2 * rounds * batch)
     results["memory"] = memory(admin)
     wait_for_a_fresh_hour(admin)
     results["flood"] = flood(admin, rounds=rounds, batch=batch * 5)
@@ -145,7 +149,7 @@ def speed(admin: Any, *, rounds: int, batch: int) -> tuple[dict[str, Any], dict[
     drawn at random), the ratio of their medians is the cost of an inline
     policy per decision.
     """
-    addresses = [f"10.{i // 65536}.{i // 256 % 256}.{i % 256}" for i in range(POPULATION)]
+    addresses = ADDRESSES
     rows = {limiter.name: limiter.build(1_000_000, addresses) for limiter in LIMITERS}
     samples = interleaved(rows, rounds=rounds, batch=batch, population=POPULATION)
     results: dict[str, Any] = {}

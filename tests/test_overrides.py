@@ -188,6 +188,16 @@ def test_networks_and_identities_most_specific_first():
     assert statuses("/limited/", "2001:db9::1", 4) == [200, 200, 200, 429]
 
 
+def test_a_digested_identity_matches_its_raw_value_not_its_digests_text():
+    override("per_minute", "x-api-key:Bearer abc", "block")
+    load()
+    assert set(LOADER.rules["per_minute"].exact) == {"x-api-key:~9453d8c50e8dc48e0660a110"}
+    policy = get_policy("per_minute")
+    assert policy.hit("x-api-key:Bearer abc").allowed is False
+    # A client that sends the digest's text is another client, digested in turn.
+    assert policy.hit("x-api-key:~9453d8c50e8dc48e0660a110").allowed is True
+
+
 def test_an_override_is_for_its_policy_only():
     override("other", "ip:10.0.0.1", "exempt")
     load()

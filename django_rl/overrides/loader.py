@@ -297,9 +297,14 @@ def notify_changed() -> None:
     LOADER.wake()
     try:
         settings = get_settings()
-        get_backend(settings.connection).run(
-            marker_key(settings.key_prefix), _set, uuid.uuid4().hex
-        )
+        backend = get_backend(settings.connection)
+        key, token = marker_key(settings.key_prefix), uuid.uuid4().hex
+        try:
+            backend.run(key, _set, token)
+        except RedisError:
+            # Once more, on a new connection: the one kept may be stale (a
+            # restart of Redis since the last change, a failover).
+            backend.run(key, _set, token)
     except Exception as exc:
         logger.warning(
             "Rate-limit overrides changed, but the change marker could not be written to "

@@ -71,21 +71,33 @@ class Rule:
 class PolicyRules:
     """The overrides of one policy: exact identities, then networks, most specific first."""
 
-    __slots__ = ("exact", "networks")
+    __slots__ = ("digests", "exact", "networks")
 
     def __init__(self) -> None:
         #: identity, as keys hold it -> rule.
         self.exact: dict[str, Rule] = {}
+        #: Whether an identity of :attr:`exact` is a digest (``kind:~hex``).
+        self.digests = False
         #: (IP version, bits to shift an address by, network bits -> rule),
         #: longest prefix first.
         self.networks: list[tuple[int, int, dict[int, Rule]]] = []
 
     def match(self, identity: str) -> Rule | None:
-        """Return the rule in force for ``identity`` now, or ``None``."""
-        now = time.time()
-        if self.exact:
-            rule = self.exact.get(safe_identity(identity))
-            if rule is not None and rule.expires_at > now:
+        """Return the rule in force for ``identity`` now, or ``None``.
+
+        Runs on every decision of a policy that has overrides: the usual
+        identity (short, safe for a key) costs one dict lookup, and an
+        ``ip:`` one, where the policy has networks, one address parse more.
+        """
+        exact = self.exact
+        if exact:
+            rule = exact.get(identity)
+            # A stored digest holds "~", which no identity kept verbatim in a
+            # key has: an identity equal to one was typed by a client, and is
+            # digested like any other before it is compared.
+            if rule is None or "~" in identity:
+                rule = exact.get(safe_identity(identity)) if self.digests else None
+            if rule is not None and rule.expires_at > time.time():
                 return rule
         if self.networks and identity.startswith("ip:"):
             address = _address(identity[3:])
@@ -94,7 +106,7 @@ class PolicyRules:
                 for network_version, shift, table in self.networks:
                     if network_version == version:
                         rule = table.get(value >> shift)
-                        if rule is not None and rule.expires_at > now:
+                        if rule is not None and rule.expires_at > time.time():
                             return rule
         return None
 
@@ -104,14 +116,18 @@ class PolicyRules:
         return {rule.rate for rule in rules if rule.action == RATE}
 
 
+_AF_INET, _AF_INET6, _inet_pton = socket.AF_INET, socket.AF_INET6, socket.inet_pton
+_from_bytes = int.from_bytes
+
+
 def _address(text: str) -> tuple[int, int] | None:
     """Return (IP version, address as an int) of an ``ip:`` identity's address, or ``None``."""
     try:
-        return 4, int.from_bytes(socket.inet_pton(socket.AF_INET, text), "big")
+        return 4, _from_bytes(_inet_pton(_AF_INET, text), "big")
     except (OSError, ValueError):
         pass
     try:
-        return 6, int.from_bytes(socket.inet_pton(socket.AF_INET6, text), "big")
+        return 6, _from_bytes(_inet_pton(_AF_INET6, text), "big")
     except (OSError, ValueError):
         return None
 
@@ -199,6 +215,7 @@ def build_rules(rows: Iterable[Row]) -> tuple[dict[str, PolicyRules], list[str]]
         rules = by_policy.setdefault(row.policy, PolicyRules())
         if "/" not in target:
             rules.exact[target] = rule
+            rules.digests = rules.digests or "~" in target
             continue
         network = ipaddress.ip_network(target.removeprefix("ip:"))
         shift = network.max_prefixlen - network.prefixlen
