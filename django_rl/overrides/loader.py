@@ -15,8 +15,8 @@ daemon thread of its own loads:
   too. The marker has a TTL (:data:`MARKER_TTL_MS`), renewed by each change.
 
 The thread starts with the first decision of each process (a forked worker
-starts its own), never at import, so ``manage.py`` commands and a
-``--preload``-ing server parent start none. A decision only reads the rules
+starts its own), never at import, so a process that decides nothing
+(``migrate``, the parent of a ``--preload``-ing server) starts none. A decision only reads the rules
 this thread last built: no database query, no round trip.
 
 While the database cannot be read (no database, the table not migrated, a
