@@ -86,7 +86,6 @@ class Loader:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._asked = False
-        self._stopping = False
         self._thread: threading.Thread | None = None
 
     # The thread ---------------------------------------------------------------
@@ -105,21 +104,13 @@ class Loader:
                 return
             if not self.autostart or (self._thread is not None and self._thread.is_alive()):
                 return
-            self._stopping = False
-            self._thread = threading.Thread(
-                target=self._run, name="django_rl overrides", daemon=True
-            )
-            self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the thread and wait for it (for tests); the next decision may start another."""
-        with self._lock:
-            thread, self._thread = self._thread, None
-            self._stopping = True
-            self.started = False
-        self._wake.set()
-        if thread is not None:
-            thread.join(timeout)
+            thread = threading.Thread(target=self._run, name="django_rl overrides", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as exc:  # no thread can be started: no overrides, no failure
+                logger.warning("Rate-limit overrides cannot be loaded: %s", exc)
+                return
+            self._thread = thread
 
     @property
     def running(self) -> bool:
@@ -133,7 +124,7 @@ class Loader:
         self._wake.set()
 
     def _run(self) -> None:
-        while not self._stopping:
+        while True:
             if not enabled():
                 self.rules = {}
                 break
