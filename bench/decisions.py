@@ -9,6 +9,7 @@ Starts its own redis-server on a free port (and stops it), then measures:
    an inline policy (``@ratelimit(rate=...)``) against the named one (ratio);
    and the outage fallback: a local decision beside a Redis-backed one, and a
    Redis-backed one with ``fallback_rate`` set (``bench/fallback.py``);
+   and a policy with overrides in force against one without (bench/overrides.py);
 2. memory per identity after 100 hits at a limit of 100 (``MEMORY USAGE``);
 3. a flood from one denied client, with and without the local deny cache;
 4. over-admission: 8 threads (800 attempts) and 4 processes (400 attempts)
@@ -28,6 +29,7 @@ import time
 from importlib import metadata
 from typing import Any
 
+from bench import overrides
 from bench.fallback import fallback
 from bench.flood import flood, flood_rows
 from bench.limiters import INLINE_ROW, LIMITERS, NAMED_ROW, Limiter
@@ -54,6 +56,7 @@ PACKAGES = (
 )
 #: Clients the speed rows spread their hits over.
 POPULATION = 1000
+ADDRESSES = [f"10.{i // 65536}.{i // 256 % 256}.{i % 256}" for i in range(POPULATION)]
 COUNTED_DECISIONS = 300
 
 
@@ -87,6 +90,7 @@ def run(server: RedisServer, *, rounds: int, batch: int) -> dict[str, Any]:
 
     results["speed"], results["inline_vs_named"] = speed(admin, rounds=rounds, batch=batch)
     results["fallback"] = fallback(rounds=rounds, batch=batch)
+    results["overrides"] = overrides.compare(admin, ADDRESSES, decisions=2 * rounds * batch)
     results["memory"] = memory(admin)
     wait_for_a_fresh_hour(admin)
     results["flood"] = flood(admin, rounds=rounds, batch=batch * 5)
@@ -149,7 +153,7 @@ def speed(admin: Any, *, rounds: int, batch: int) -> tuple[dict[str, Any], dict[
     drawn at random), the ratio of their medians is the cost of an inline
     policy per decision.
     """
-    addresses = [f"10.{i // 65536}.{i // 256 % 256}.{i % 256}" for i in range(POPULATION)]
+    addresses = ADDRESSES
     rows = {limiter.name: limiter.build(1_000_000, addresses) for limiter in LIMITERS}
     samples = interleaved(rows, rounds=rounds, batch=batch, population=POPULATION)
     results: dict[str, Any] = {}

@@ -99,6 +99,17 @@ def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         f"{guarded:.3f}x",
         guarded <= 1.05,
     )
+    overridden = results["overrides"]
+    trips = overridden["round_trips"]
+    same = abs(trips[overridden["overridden"]] - trips[overridden["plain"]]) < 0.05
+    no_queries = not any(overridden["queries"].values())
+    target(
+        "overrides in force add no round trip and no database query (Policy.hit)",
+        f"{trips[overridden['overridden']]:g} vs {trips[overridden['plain']]:g} round trips, "
+        f"{overridden['ratio']:.3f}x time, "
+        f"{overridden['queries'][overridden['overridden']]:g} queries",
+        same and no_queries,
+    )
     for algorithm, most in MEMORY_TARGETS.items():
         used = results["memory"][f"{algorithm}: Policy.hit"]["bytes"]
         target(f"{algorithm}: memory per identity <= {most} B", f"{used} B", used <= most)

@@ -54,6 +54,8 @@ DJANGO_RL = {
         for limit in LIMITS
     },
 }
+# The twin of fw-1000000 that has overrides in force (bench/overrides.py).
+DJANGO_RL["POLICIES"]["fw-1000000-overrides"] = _policy("fixed_window", 1_000_000)
 
 REST_FRAMEWORK = {"DEFAULT_THROTTLE_CLASSES": []}
 

@@ -25,9 +25,11 @@ DECISION_COMMANDS = (
     "multi", "exec", "incrby", "decrby", "pexpireat", "pexpire", "pttl", "get", "time",
     "evalsha", "eval", "script|load",
     "zcount", "zremrangebyrank", "zcard", "zrange", "zadd", "hmget", "hset", "del",
+    "hgetall",
 )  # fmt: skip
-#: The admin page and ``manage.py ratelimit``: walk and read the app's keys.
-ADMIN_COMMANDS = ("scan", "dbsize", "exists", "type")
+#: The admin page and ``manage.py ratelimit``: walk and read the app's keys;
+#: the overrides' change marker (``SET`` when one is saved, ``GET`` to poll).
+ADMIN_COMMANDS = ("scan", "dbsize", "exists", "type", "set")
 #: Naming the connection (``?client_name=`` in the URL; redis-py sends it on connect).
 CONNECTION_COMMANDS = ("client|setname",)
 #: redis-py's cluster client: the slot table and the command table.

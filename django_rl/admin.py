@@ -1,20 +1,27 @@
-"""The admin's "Live counters" page, under "Rate limiting"; the views are in ``admin_views``."""
+"""The admin under "Rate limiting": the "Live counters" page (views: ``admin_views``), overrides."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
+from django.utils import timezone
+from django.utils.timesince import timeuntil
 
 from django_rl import admin_views
-from django_rl.models import LiveCounter
+from django_rl.models import LiveCounter, Override
+from django_rl.overrides.forms import OverrideForm
+from django_rl.overrides.rules import RATE
 
 if TYPE_CHECKING:
     ModelAdmin = admin.ModelAdmin[LiveCounter]
+    OverrideModelAdmin = admin.ModelAdmin[Override]
 else:  # ModelAdmin is generic only in django-stubs
-    ModelAdmin = admin.ModelAdmin
+    ModelAdmin = OverrideModelAdmin = admin.ModelAdmin
 
 
 @admin.register(LiveCounter)
@@ -59,3 +66,73 @@ class LiveCounterAdmin(ModelAdmin):
 
     def reset_view(self, request: HttpRequest) -> HttpResponse:
         return admin_views.reset(self, request)
+
+
+class InForceFilter(admin.SimpleListFilter):
+    """Overrides in force, or expired (kept as a record until deleted)."""
+
+    title = "in force"
+    parameter_name = "in_force"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "In force"), ("no", "Expired")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        now = timezone.now()
+        if self.value() == "yes":
+            return queryset.filter(expires_at__gt=now)
+        if self.value() == "no":
+            return queryset.filter(expires_at__lte=now)
+        return queryset
+
+
+@admin.register(Override)
+class OverrideAdmin(OverrideModelAdmin):
+    """Overrides: listed with who set them and when; added, changed and deleted with the
+    model's permissions (``django_rl.add_override``, ``change_override``,
+    ``delete_override``; ``view_override`` to list them).
+
+    Saving or deleting one reaches every process within about a second
+    (``overrides/loader.py``).
+    """
+
+    form = OverrideForm
+    list_display = (
+        "policy",
+        "identity",
+        "override",
+        "expires_at",
+        "in_force",
+        "reason",
+        "created_by",
+        "created_at",
+        "updated_by",
+        "updated_at",
+    )
+    list_filter = ("policy", "action", InForceFilter)
+    search_fields = ("identity", "reason", "created_by", "updated_by")
+    readonly_fields = ("created_by", "created_at", "updated_by", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("policy", "identity", "action", "rate", "expires_at", "reason")}),
+        ("Record", {"fields": ("created_by", "created_at", "updated_by", "updated_at")}),
+    )
+
+    @admin.display(description="override", ordering="action")
+    def override(self, obj: Override) -> str:
+        return f"rate {obj.rate}" if obj.action == RATE else obj.action
+
+    @admin.display(description="in force", ordering="expires_at")
+    def in_force(self, obj: Override) -> str:
+        now = timezone.now()
+        if obj.expires_at <= now:
+            return "expired"
+        return f"{timeuntil(obj.expires_at, now)} left"
+
+    def save_model(
+        self, request: HttpRequest, obj: Override, form: ModelForm[Override], change: bool
+    ) -> None:
+        who = request.user.get_username()
+        if not change:
+            obj.created_by = who
+        obj.updated_by = who
+        super().save_model(request, obj, form, change)

@@ -181,6 +181,7 @@ def _fragments_context(
         "examined": f"{min(listed.examined, listed.keys_in_redis):,}" if listed else "",
         "keys_in_redis": f"{listed.keys_in_redis:,}" if listed else "",
         "first_query": form.filters(cursor=None),
+        "override_url": _override_url(model_admin, request),
     }
 
 
@@ -218,6 +219,14 @@ def _episode(episode: Episode | None) -> dict[str, Any] | None:
         "decisions": f"{episode.decisions:,}",
         "policies": ", ".join(episode.policies),
     }
+
+
+def _override_url(model_admin: LiveCounterAdmin, request: HttpRequest) -> str:
+    """Return the URL of the form that adds an override, for those who may; else ""."""
+    if not request.user.has_perm(f"{model_admin.opts.app_label}.add_override"):
+        return ""
+    name = f"admin:{model_admin.opts.app_label}_override_add"
+    return reverse(name, current_app=model_admin.admin_site.name)
 
 
 def _policy_names() -> list[str]:

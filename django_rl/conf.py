@@ -35,6 +35,7 @@ DEFAULTS: Mapping[str, Any] = {
     "DENY_CACHE_MAX_AGE": 60,
     "CLOCK": "server",
     "FALLBACK_MAX_IDENTITIES": 10_000,
+    "OVERRIDES": True,
 }
 
 
@@ -66,6 +67,7 @@ class Settings:
         )
 
     fallback_max_identities: int = DEFAULTS["FALLBACK_MAX_IDENTITIES"]
+    overrides: bool = True
 
 
 def raw_settings() -> object:
@@ -105,6 +107,7 @@ def get_settings() -> Settings:
         ipv6_prefix=merged["IPV6_PREFIX"],
         clock=merged["CLOCK"],
         fallback_max_identities=merged["FALLBACK_MAX_IDENTITIES"],
+        overrides=merged["OVERRIDES"],
     )
 
 

@@ -26,6 +26,7 @@ from django_rl.identities import checked_identity, resolve_identity
 from django_rl.inline import InlineSpec, policy_name, url_specs
 from django_rl.plans import (
     PlanRates,
+    Variant,
     algorithm_at,
     function_label,
     is_rate_function,
@@ -69,14 +70,13 @@ def build_policy(
     prefix = settings.key_prefix
     algorithm: Algorithm | None = None
     rates = None
+
+    def build(text: str) -> Variant:
+        """The variant at another rate: each rate of a per-plan policy, or of an override."""
+        return make_variant(algorithm_at(spec, text), text, prefix=prefix, name=name, extra=extra)
+
     if is_rate_function(rate):
-        rates = PlanRates(
-            resolve_rate_function(rate),
-            function_label(rate),
-            lambda text: make_variant(
-                algorithm_at(spec, text), text, prefix=prefix, name=name, extra=extra
-            ),
-        )
+        rates = PlanRates(resolve_rate_function(rate), function_label(rate), build)
     else:
         algorithm = algorithm_at(spec, rate)
     fallback_rate = spec.get("fallback_rate")
@@ -95,6 +95,7 @@ def build_policy(
         rate=rate if isinstance(rate, str) else "",
         extra=extra,
         fallback=fallback,
+        build=build,
     )
 
 

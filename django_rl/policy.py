@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -20,6 +22,8 @@ from django_rl.exceptions import BackendError, ConfigurationError
 from django_rl.fallback import LocalFallback
 from django_rl.identities import IdentityFunction
 from django_rl.keys import safe_identity
+from django_rl.overrides.loader import rules_for
+from django_rl.overrides.rules import BLOCK, EXEMPT, Rule
 from django_rl.plans import (
     CATALOGUE_TTL_MS,
     PlanRates,
@@ -56,6 +60,11 @@ class Policy:
     what Redis cannot answer is decided in this process at that rate, one
     count per identity whatever the rate of the request (see
     ``fallback.py``); without it, by ``fail_open``.
+
+    **Overrides** (``overrides/``), set from the admin, apply to ``hit``,
+    ``hit_request`` and ``peek``: read from memory, never from the database,
+    and without a round trip of their own. ``build(rate)`` makes the
+    variant of another rate (the registry passes it), for rate overrides.
     """
 
     def __init__(
@@ -72,6 +81,7 @@ class Policy:
         rate: str = "",
         extra: str = "",
         fallback: LocalFallback | None = None,
+        build: Callable[[str], Variant] | None = None,
     ) -> None:
         self.name = name
         self.identify: IdentityFunction = identify
@@ -82,6 +92,10 @@ class Policy:
         self.rates = rates
         self.fallback = fallback
         self._variant: Variant | None = None
+        self._build = build
+        #: Variants of rate overrides by rate, and the rates that make none.
+        self._override_variants: dict[str, Variant] = {}
+        self._bad_override_rates: set[str] = set()
         if algorithm is not None:
             text = rate or str(getattr(algorithm, "rate", ""))
             self._variant = make_variant(algorithm, text, prefix=key_prefix, name=name, extra=extra)
@@ -141,11 +155,59 @@ class Policy:
         return variant.key_head + safe_identity(identity) + variant.key_tail
 
     def variants(self) -> list[Variant]:
-        """Return the rates this process knows: the one rate, or those decided at so far."""
+        """Return the rates this process knows: the one rate, or those decided at so far.
+
+        Also the rates of the policy's rate overrides now in force, and of
+        those this process decided at.
+        """
+        self._build_override_variants()
         if self.rates is not None:
             return self.rates.known()
         assert self._variant is not None
-        return [self._variant]
+        found = {self._variant.fingerprint: self._variant}
+        for variant in self._override_variants.values():
+            found.setdefault(variant.fingerprint, variant)
+        return list(found.values())
+
+    def override_variant(self, rate: str) -> Variant:
+        """Return the variant of a rate override's ``rate``, built once per process.
+
+        The policy's algorithm and parameters, at ``rate``: its own state,
+        like each rate of a per-plan policy (for which it is one of them).
+
+        :raises RateError, ParameterError: if ``rate`` does not make a valid policy.
+        :raises TypeError: for a policy made without ``build`` (by hand).
+        """
+        found = self._override_variants.get(rate)
+        if found is not None:
+            return found
+        if self.rates is not None:
+            built = self.rates.variant(rate)
+        elif self._build is not None:
+            built = self._build(rate)
+        else:
+            raise TypeError(f"policy {self.name!r} was made without build=: it has one rate")
+        return self._override_variants.setdefault(rate, built)
+
+    def _rule_variant(self, rate: str) -> Variant | None:
+        """Return the variant of a rate override, or ``None`` (logged once) if it cannot be made."""
+        found = self._override_variants.get(rate)
+        if found is not None:
+            return found
+        if rate in self._bad_override_rates:
+            return None
+        try:
+            return self.override_variant(rate)
+        except (RateError, ParameterError, TypeError) as exc:
+            self._bad_override_rates.add(rate)
+            _log_bad_override(self.name, rate, str(exc))
+            return None
+
+    def _build_override_variants(self) -> None:
+        rules = rules_for(self.name)
+        if rules is not None:
+            for rate in rules.rates():
+                self._rule_variant(rate)
 
     def variant_for(self, request: Any) -> Variant | None:
         """Return the variant that applies to ``request``; ``None`` when no rate does.
@@ -197,11 +259,26 @@ class Policy:
             rate function for (ignored by a policy with one rate). When the
             function returns ``None``, nothing is counted and the Decision is
             allowed with ``limit`` 0: no limit applies.
+        An override of ``identity`` (see ``overrides/``) applies: another
+        rate, an exemption (allowed, ``limit`` 0, no Redis call) or a block
+        (denied, no Redis call).
+
         :raises TypeError: for a per-plan policy without ``request``.
         :raises ValueError: if ``cost`` is not a whole number from 1 to the limit
             (a hit heavier than the limit could never be allowed).
         """
-        variant = self._variant if self._variant is not None else self._variant_of(request, "hit")
+        rules = rules_for(self.name)
+        variant: Variant | None
+        if rules is not None and (rule := rules.match(identity)) is not None:
+            if rule.action == EXEMPT:
+                return self._unlimited()
+            if rule.action == BLOCK:
+                return self._blocked(rule, self._variant_of(request, "hit"))
+            variant = self._rule_variant(rule.rate) or self._variant_of(request, "hit")
+        elif self._variant is not None:
+            variant = self._variant
+        else:
+            variant = self._variant_of(request, "hit")
         if variant is None:
             return self._unlimited()
         if isinstance(variant.algorithm, StaticAlgorithm):
@@ -256,7 +333,14 @@ class Policy:
         :param request: as for :meth:`hit`.
         :raises TypeError: for a per-plan policy without ``request``.
         """
-        variant = self._variant_of(request, "peek")
+        rules = rules_for(self.name)
+        rule = rules.match(identity) if rules is not None else None
+        if rule is not None and rule.action == EXEMPT:
+            return self._unlimited()
+        if rule is not None and rule.action == BLOCK:
+            return self._blocked(rule, self._variant_of(request, "peek"))
+        variant = self._rule_variant(rule.rate) if rule is not None else None
+        variant = variant or self._variant_of(request, "peek")
         if variant is None:
             return self._unlimited()
         if isinstance(variant.algorithm, StaticAlgorithm):
@@ -330,7 +414,7 @@ class Policy:
             return self.variants()
         key = catalogue_key(self.key_prefix, self.name)
         entries = self.backend.run(key, _read_catalogue)
-        found = {v.fingerprint: v for v in self.rates.known()}
+        found = {v.fingerprint: v for v in self.variants()}
         for fingerprint, rate in entries.items():
             if fingerprint in found:
                 continue
@@ -375,7 +459,16 @@ class Policy:
         identity = self.identify(request)
         if identity is None:
             return None
-        variant = self._variant if self._variant is not None else self.variant_for(request)
+        rules = rules_for(self.name)
+        variant: Variant | None
+        if rules is not None and (rule := rules.match(identity)) is not None:
+            if rule.action == EXEMPT:
+                return None  # no limit applies: no Decision, no headers
+            if rule.action == BLOCK:
+                return self._blocked(rule, self._variant or self.variant_for(request))
+            variant = self._rule_variant(rule.rate) or self._variant or self.variant_for(request)
+        else:
+            variant = self._variant if self._variant is not None else self.variant_for(request)
         if variant is None:
             return None
         if type(cost) is int and cost > variant.limit:
@@ -415,6 +508,13 @@ class Policy:
             False, variant.window,
         )  # fmt: skip
 
+    def _blocked(self, rule: Rule, variant: Variant | None) -> Decision:
+        """Return the Decision of a block: denied until the override expires (capped)."""
+        wait = rule.retry_after(time.time())
+        if variant is None:  # a per-plan policy whose rate function said "no limit"
+            return Decision(False, 0, 0, wait, wait, self.name)
+        return Decision(False, variant.limit, 0, wait, wait, self.name, False, variant.window)
+
     def _degraded(self, variant: Variant) -> Decision:
         return Decision(
             allowed=self.fail_open,
@@ -442,6 +542,18 @@ def _write_catalogue(node: RedisNode, key: str, fingerprint: str, rate: str) -> 
 
 def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+@functools.cache
+def _log_bad_override(name: str, rate: str, why: str) -> None:
+    """Log, once per process, that a rate override of policy ``name`` cannot apply."""
+    logger.error(
+        "A rate override of rate-limit policy %r at %r cannot apply (%s); the policy's own "
+        "rate decides instead. Change the override in the admin.",
+        name,
+        rate,
+        why,
+    )
 
 
 @functools.cache

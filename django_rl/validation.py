@@ -90,6 +90,7 @@ def settings_problems(raw: object) -> list[Problem]:
             _NAME_RULE,
         ),
         ("FAIL_OPEN", isinstance(merged["FAIL_OPEN"], bool), "True or False"),
+        ("OVERRIDES", isinstance(merged["OVERRIDES"], bool), "True or False"),
         (
             "NUM_PROXIES",
             type(merged["NUM_PROXIES"]) is int and 0 <= merged["NUM_PROXIES"] <= 32,

@@ -13,6 +13,7 @@ from django.test import override_settings
 
 from django_rl.deny_cache import get_deny_cache
 from django_rl.fallback import get_fallback_store
+from django_rl.overrides import LOADER
 from tests import figures, servers
 from tests.redis_server import RedisServer, caches_for
 from tests.topologies import ClusterTopology, SentinelTopology, SingleTopology, Topology
@@ -29,6 +30,25 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     for item in items:
         if "topology" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.acceptance)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _overrides_load_when_asked() -> None:
+    """No loader thread of overrides in this process unless a test starts one.
+
+    It reads the change marker in Redis every second and the database on a
+    change: in tests that count commands or log lines, or hold the test
+    database in a transaction, that would land at random. The tests of
+    overrides load them by hand (``LOADER.load()``) or start the thread;
+    processes the tests spawn run it as a deployment does.
+    """
+    LOADER.autostart = False
+
+
+@pytest.fixture(autouse=True)
+def _no_overrides() -> None:
+    """Every test starts with no overrides in force in this process, and no incident."""
+    LOADER.reset()
 
 
 @pytest.fixture(scope="session")

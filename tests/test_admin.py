@@ -87,11 +87,15 @@ def test_the_index_links_live_counters_under_rate_limiting(admin_client):
     assert f'<a href="{PAGE}">Live counters</a>' in section
 
 
-def test_the_migration_makes_the_two_permissions(db):
+def test_the_migrations_make_the_permissions(db):
     permissions = Permission.objects.filter(content_type__app_label="django_rl")
     assert sorted((p.codename, p.name) for p in permissions) == [
+        ("add_override", "Can add override"),
+        ("change_override", "Can change override"),
+        ("delete_override", "Can delete override"),
         ("reset_livecounter", "Can reset live counters"),
         ("view_livecounter", "Can view live counter"),
+        ("view_override", "Can view override"),
     ]
 
 

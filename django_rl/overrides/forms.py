@@ -1,0 +1,109 @@
+"""The admin's form of an override: what it judges before anything is saved."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, ClassVar
+
+from django import forms
+from django.utils import timezone
+
+from django_rl.algorithms import ParameterError
+from django_rl.exceptions import ConfigurationError
+from django_rl.models import Override
+from django_rl.overrides.rules import RATE, TargetError, normalize_target
+from django_rl.policies import policies_named, policy_names
+from django_rl.rates import RateError
+
+#: How long a new override lasts unless the form says otherwise.
+DEFAULT_DURATION = datetime.timedelta(days=1)
+IDENTITY_HELP = (
+    "An identity as the policy's key gives it: user:42, ip:203.0.113.9, x-api-key:..., "
+    "or a digest as the live counters show it (x-api-key:~3f2a...). Or an address network, "
+    "203.0.113.0/24 or 2001:db8::/48, for every ip: identity in it. A bare address means "
+    "ip:<address>; an IPv6 address stands for its /64, as requests are counted."
+)
+
+
+class OverrideForm(forms.ModelForm):  # type: ignore[type-arg]
+    """An override, judged: a known policy, a target decisions can match, a rate the policy takes.
+
+    The identity is stored the way decisions compare it (see
+    ``rules.normalize_target``); a rate is kept only for a rate override.
+    """
+
+    policy = forms.ChoiceField(help_text="The policy whose decisions change.")
+    identity = forms.CharField(
+        max_length=1000, label="Identity or network", help_text=IDENTITY_HELP
+    )
+
+    class Meta:
+        model = Override
+        fields = ("policy", "identity", "action", "rate", "expires_at", "reason")
+        help_texts: ClassVar[dict[str, str]] = {
+            "action": "Rate: the policy decides at another rate (its own counter). Exempt: the "
+            "policy never limits it, and sends no headers for it. Block: every request is "
+            "denied (429), Retry-After the time left (at most an hour).",
+            "rate": "For a rate override only, written as in the policy (e.g. 1000/h): the "
+            "policy's algorithm and other parameters stay.",
+            "expires_at": "It stops applying then.",
+            "reason": "Why: shown in the list, for whoever looks next.",
+        }
+        widgets: ClassVar[dict[str, forms.Widget]] = {"reason": forms.TextInput(attrs={"size": 80})}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = _policy_names()
+        choices = [(name, name) for name in names]
+        current = self.instance.policy if self.instance.pk else ""
+        if current and current not in names:
+            choices.append((current, f"{current} (not configured)"))
+        self.fields["policy"].choices = [("", "---------"), *choices]  # type: ignore[attr-defined]
+        if not self.instance.pk:
+            self.fields["expires_at"].initial = lambda: timezone.now() + DEFAULT_DURATION
+
+    def clean_identity(self) -> str:
+        try:
+            return normalize_target(self.cleaned_data["identity"])
+        except TargetError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+    def clean_expires_at(self) -> datetime.datetime:
+        expires: datetime.datetime = self.cleaned_data["expires_at"]
+        changed = not self.instance.pk or "expires_at" in self.changed_data
+        if changed and expires <= timezone.now():
+            raise forms.ValidationError("The expiry must be in the future.")
+        return expires
+
+    def clean(self) -> dict[str, Any]:
+        data: dict[str, Any] = super().clean() or {}
+        action, rate = data.get("action"), (data.get("rate") or "").strip()
+        if action != RATE:
+            data["rate"] = ""  # left over from another action: meaningless
+        elif not rate:
+            self.add_error("rate", "A rate override needs a rate, such as 1000/h.")
+        elif data.get("policy"):
+            data["rate"] = rate
+            problem = _rate_problem(data["policy"], rate)
+            if problem:
+                self.add_error("rate", problem)
+        return data
+
+
+def _policy_names() -> list[str]:
+    try:
+        return policy_names()
+    except ConfigurationError:
+        return []
+
+
+def _rate_problem(name: str, rate: str) -> str:
+    """Return why policy ``name`` cannot decide at ``rate`` (each policy of an inline group)."""
+    for policy in policies_named(name, strict=False):
+        try:
+            policy.override_variant(rate)
+        except (RateError, ParameterError) as exc:
+            return str(exc)
+        except TypeError:
+            continue  # a policy made by hand: the loader logs it
+    return ""

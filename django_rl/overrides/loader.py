@@ -1,0 +1,312 @@
+"""Overrides loaded in the background: each process keeps them in memory, no decision waits.
+
+The database is the source of truth (``models.Override``). Every process
+that decides holds the overrides in force as rules (``rules.py``), which a
+daemon thread of its own loads:
+
+* at start, and every :data:`FULL_RELOAD_INTERVAL` seconds whatever happens,
+  so a missed change, a lost marker or a Redis restart still converge;
+* within about :data:`POLL_INTERVAL` seconds of a change: saving or deleting
+  an override (the admin, or the model in code) writes a new random token
+  to the marker key ``{KEY_PREFIX}:~overrides`` once the transaction
+  commits, and every loader reads that key each second (one ``GET``, off
+  the decision path) and reloads when the token is not the one it last saw.
+  A token that disappears (Redis restarted, the key expired) is a change
+  too. The marker has a TTL (:data:`MARKER_TTL_MS`), renewed by each change.
+
+The thread starts with the first decision of each process (a forked worker
+starts its own), never at import, so a process that decides nothing
+(``migrate``, the parent of a ``--preload``-ing server) starts none. A decision only reads the rules
+this thread last built: no database query, no round trip.
+
+While the database cannot be read (no database, the table not migrated, a
+connection refused), a process keeps the overrides it last loaded, none if it
+never loaded any, logs one warning when that starts and one line when it
+ends, and tries again every :data:`FULL_RELOAD_INTERVAL` seconds without
+polling Redis meanwhile. Decisions go on as usual.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from typing import Any
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from redis.exceptions import RedisError
+
+from django_rl.backends import RedisNode, get_backend
+from django_rl.conf import get_settings
+from django_rl.overrides.rules import PolicyRules, Row, build_rules
+
+#: How often each process reads the change marker (seconds).
+POLL_INTERVAL = 1.0
+#: How often each process reloads every override from the database anyway.
+FULL_RELOAD_INTERVAL = 30.0
+#: The change marker's TTL; each change writes it again.
+MARKER_TTL_MS = 86_400_000
+#: What a marker read that failed gives (no reload is triggered by it).
+_UNREAD = object()
+
+logger = logging.getLogger("django_rl")
+
+
+def marker_key(prefix: str) -> str:
+    """Return the key whose value changes whenever an override does."""
+    return f"{prefix}:~overrides"
+
+
+class Loader:
+    """This process's overrides (:attr:`rules`) and the thread that keeps them fresh.
+
+    :ivar rules: policy name -> its rules; replaced whole by each load, so a
+        decision reads one consistent set without a lock.
+    :ivar autostart: whether the first decision starts the thread (the test
+        suite turns it off and loads with :meth:`load` where it means to).
+    :ivar loads: successful loads so far, in this process.
+    """
+
+    def __init__(self) -> None:
+        self.rules: dict[str, PolicyRules] = {}
+        self.autostart = True
+        self.started = False
+        self.loads = 0
+        self._reset_thread_state()
+        self._seen: object = _UNREAD
+        self._next_full = 0.0
+        self._database_ok: bool | None = None
+        self._failing = False
+        self._warned_rows: set[str] = set()
+
+    def _reset_thread_state(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._asked = False
+        self._thread: threading.Thread | None = None
+
+    # The thread ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the thread if overrides are on and none runs; called by the first decision.
+
+        Never raises: a decision calls it.
+        """
+        with self._lock:
+            if self.started:
+                return
+            self.started = True
+            if not enabled():
+                self.rules = {}
+                return
+            if not self.autostart or (self._thread is not None and self._thread.is_alive()):
+                return
+            thread = threading.Thread(target=self._run, name="django_rl overrides", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as exc:  # no thread can be started: no overrides, no failure
+                logger.warning("Rate-limit overrides cannot be loaded: %s", exc)
+                return
+            self._thread = thread
+
+    @property
+    def running(self) -> bool:
+        """Return whether the thread runs in this process."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def wake(self) -> None:
+        """Have the thread reload now (after a change made in this process)."""
+        self._asked = True
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            if not enabled():
+                self.rules = {}
+                break
+            try:
+                self._step()
+            except Exception:  # the thread must outlive any surprise
+                logger.exception("Rate-limit overrides: the loader met an unexpected error")
+            if self._wake.wait(POLL_INTERVAL):
+                self._wake.clear()
+
+    def _step(self) -> None:
+        # Read the marker before the database: a change committed in between
+        # is then either in this load or seen as a new token next time.
+        token = self._read_marker() if self._database_ok is not False else _UNREAD
+        asked, self._asked = self._asked, False
+        changed = token is not _UNREAD and token != self._seen
+        if not (asked or changed or time.monotonic() >= self._next_full):
+            return
+        self._database_ok = self.load(close=True)
+        if self._database_ok and token is not _UNREAD:
+            self._seen = token
+        self._next_full = time.monotonic() + FULL_RELOAD_INTERVAL
+
+    def _read_marker(self) -> object:
+        try:
+            settings = get_settings()
+            return get_backend(settings.connection).run(marker_key(settings.key_prefix), _get)
+        except RedisError:
+            return _UNREAD  # the outage is logged by the node; the full reload still runs
+        except Exception as exc:  # invalid settings: decisions say so
+            logger.debug("Rate-limit overrides: cannot read the change marker: %s", exc)
+            return _UNREAD
+
+    # Loading -------------------------------------------------------------------
+
+    def load(self, *, close: bool = False) -> bool:
+        """Read every override in force from the database into :attr:`rules`; return success.
+
+        Never raises. On failure :attr:`rules` stay as they were.
+
+        :param close: close this thread's database connection afterwards
+            (the loader thread's; never a request's).
+        """
+        try:
+            rows = read_rows(close=close)
+        except Exception as exc:  # no database, no table, refused: no overrides
+            self._failed(exc)
+            return False
+        self.rules, problems = build_rules(rows)
+        self.loads += 1
+        for problem in problems:
+            if problem not in self._warned_rows:
+                self._warned_rows.add(problem)
+                logger.warning("Rate-limit override left out: %s", problem)
+        if self._failing:
+            self._failing = False
+            logger.info(
+                "Rate-limit overrides load from the database again: %d in force.", len(rows)
+            )
+        return True
+
+    def _failed(self, exc: Exception) -> None:
+        if self._failing:
+            logger.debug("Rate-limit overrides still cannot be loaded: %s", exc)
+            return
+        self._failing = True
+        logger.warning(
+            "Rate-limit overrides could not be loaded from the database (%s: %s). This process "
+            "applies %s until they can be, and tries again every %d s; decisions go on. If the "
+            "table is missing, run `manage.py migrate django_rl`; to turn overrides off, set "
+            "DJANGO_RL['OVERRIDES'] = False.",
+            type(exc).__name__,
+            exc,
+            "the overrides it loaded last" if self.loads else "none",
+            FULL_RELOAD_INTERVAL,
+        )
+
+    def reset(self) -> None:
+        """Forget the rules, the loads and any incident (for tests); the thread is left alone."""
+        self.rules = {}
+        self.loads = 0
+        self._failing = False
+        self._warned_rows.clear()
+
+    # Settings and forks --------------------------------------------------------
+
+    def settings_changed(self) -> None:
+        """Settings changed: the next decision checks again whether to run, the thread reloads."""
+        self.started = False
+        self._seen = _UNREAD
+        self._database_ok = None
+        self.wake()
+
+    def after_fork(self) -> None:
+        """In a forked child: no thread runs; the next decision starts one. Rules are kept."""
+        self._reset_thread_state()
+        self.started = False
+
+
+def _get(node: RedisNode, key: str) -> Any:
+    return node.client.get(key)
+
+
+def _set(node: RedisNode, key: str, token: str) -> None:
+    node.client.set(key, token, px=MARKER_TTL_MS)
+
+
+def enabled() -> bool:
+    """Return whether overrides apply: ``DJANGO_RL["OVERRIDES"]`` and the app installed."""
+    from django.apps import apps
+
+    try:
+        return get_settings().overrides and apps.is_installed("django_rl")
+    except Exception:  # invalid settings: every decision reports them already
+        return False
+
+
+def read_rows(*, close: bool = False) -> list[Row]:
+    """Return the overrides in force (not yet expired), from the database.
+
+    :raises Exception: whatever the database raises (no table, no database).
+    """
+    from django.db import connections, router
+    from django.utils import timezone
+
+    from django_rl.models import Override
+
+    alias = router.db_for_read(Override)
+    try:
+        query = Override.objects.using(alias).filter(expires_at__gt=timezone.now())
+        fields = ("id", "policy", "identity", "action", "rate", "expires_at")
+        return [Row(*values) for values in query.values_list(*fields)]
+    finally:
+        if close:
+            connections[alias].close()
+
+
+LOADER = Loader()
+os.register_at_fork(after_in_child=LOADER.after_fork)
+
+
+def rules_for(policy: str) -> PolicyRules | None:
+    """Return the overrides of ``policy`` in this process, or ``None`` (the usual case).
+
+    What decisions call: an attribute test and a dict lookup, no I/O. The
+    first call in a process starts the loader thread.
+    """
+    loader = LOADER
+    if not loader.started:
+        loader.start()
+    return loader.rules.get(policy)
+
+
+def notify_changed() -> None:
+    """Tell every process that overrides changed; called once a change is committed.
+
+    Writes a new token to the marker key, and has this process's loader
+    reload now. If Redis cannot be written, other processes see the change
+    at their next full reload (logged). Never raises.
+    """
+    LOADER.wake()
+    try:
+        settings = get_settings()
+        backend = get_backend(settings.connection)
+        key, token = marker_key(settings.key_prefix), uuid.uuid4().hex
+        try:
+            backend.run(key, _set, token)
+        except RedisError:
+            # Once more, on a new connection: the one kept may be stale (a
+            # restart of Redis since the last change, a failover).
+            backend.run(key, _set, token)
+    except Exception as exc:
+        logger.warning(
+            "Rate-limit overrides changed, but the change marker could not be written to "
+            "Redis (%s); other processes apply the change within %d s, at their next full "
+            "reload.",
+            exc,
+            FULL_RELOAD_INTERVAL,
+        )
+
+
+@receiver(setting_changed)
+def _settings_changed(*, setting: str, **kwargs: object) -> None:
+    if setting in ("DJANGO_RL", "CACHES", "DATABASES", "INSTALLED_APPS"):
+        LOADER.settings_changed()
