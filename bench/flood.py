@@ -1,6 +1,6 @@
 """A flood from one denied client: the local deny cache against asking Redis every time.
 
-For each algorithm, one client uses up its limit of 100, then floods. The
+For each algorithm, one client uses up its limit of 100 a year, then floods. The
 same policy answers with its deny cache, and a twin of it without one (every
 hit asks Redis), interleaved with PING. Commands per denied decision are
 counted over the whole flood, from its first denied hit.
@@ -29,7 +29,7 @@ def flood(server: redis.Redis, *, rounds: int, batch: int) -> dict[str, Any]:
     rows: dict[str, Any] = {"PING": lambda i: client.ping()}
     counted: dict[str, Any] = {}
     for index, algorithm in enumerate(ALGORITHMS):
-        cached = get_policy(policy_name(algorithm, 100))
+        cached = get_policy(f"{policy_name(algorithm, 100)}-flood")
         uncached = copy.copy(cached)
         uncached.denials = None
         identity = f"ip:192.0.2.{index}"

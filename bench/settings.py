@@ -54,6 +54,14 @@ DJANGO_RL = {
         for limit in LIMITS
     },
 }
+# The flood's policies (bench/flood.py): 100 a year, so that no token comes
+# back, no entry leaves the log and no window ends during a long flood on a
+# loaded machine (at 100/h a token bucket gives one back every 36 s).
+for _algorithm in ALGORITHMS:
+    DJANGO_RL["POLICIES"][f"{policy_name(_algorithm, 100)}-flood"] = {
+        **_policy(_algorithm, 100),
+        "rate": "100/365d",
+    }
 # The twin of fw-1000000 that has overrides in force (bench/overrides.py).
 DJANGO_RL["POLICIES"]["fw-1000000-overrides"] = _policy("fixed_window", 1_000_000)
 
