@@ -43,7 +43,12 @@ from tests.conftest import FAULT_TIMEOUT
 from tests.redis_server import RedisServer
 from tests.test_faults import MARGIN, POLICIES, Probe, Traffic, assert_answered_in_time
 
-pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.topologies]
+# django_db: Django's test Client drops close_old_connections around each
+# response.close() and connects it again after; with requests from several
+# threads, one thread's request_finished can meet it connected again, and
+# then checks this thread's database connection, which earlier database
+# tests left open: without database access allowed, pytest-django raises.
+pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.topologies, pytest.mark.django_db]
 
 #: Limits must be enforced again within this long of the replica's promotion.
 RECOVERY = 5.0

@@ -35,7 +35,12 @@ from tests.conftest import FAULT_TIMEOUT
 from tests.redis_server import RedisServer, caches_for
 from tests.tcp_proxy import TcpProxy
 
-pytestmark = [pytest.mark.slow, pytest.mark.faults]
+# django_db: Django's test Client drops close_old_connections around each
+# response.close() and connects it again after; with requests from several
+# threads, one thread's request_finished can meet it connected again, and
+# then checks this thread's database connection, which earlier database
+# tests left open: without database access allowed, pytest-django raises.
+pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.django_db]
 
 POLICIES = {
     "per_minute": {"algorithm": "fixed_window", "rate": "5/m", "key": "ip"},
