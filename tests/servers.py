@@ -124,7 +124,16 @@ class Certificates:
             "-out", self._path("server.csr"), "-subj", "/CN=localhost",
         )  # fmt: skip
         with open(self._path("san.ext"), "w") as ext:
-            ext.write("subjectAltName = IP:127.0.0.1, DNS:localhost\n")
+            # What Python 3.13's strict verification (VERIFY_X509_STRICT) asks of
+            # a server certificate, besides its names.
+            ext.write(
+                "subjectAltName = IP:127.0.0.1, DNS:localhost\n"
+                "basicConstraints = critical, CA:FALSE\n"
+                "keyUsage = critical, digitalSignature, keyEncipherment\n"
+                "extendedKeyUsage = serverAuth\n"
+                "subjectKeyIdentifier = hash\n"
+                "authorityKeyIdentifier = keyid, issuer\n"
+            )
         self._openssl(
             "x509", "-req", "-in", self._path("server.csr"), "-CA", self.ca,
             "-CAkey", self._path("ca.key"), "-CAcreateserial", "-days", "2",
@@ -139,6 +148,9 @@ class Certificates:
             "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
             "-keyout", self._path(f"{name}.key"), "-out", self._path(f"{name}.crt"),
             "-subj", f"/CN={subject}",
+            # Python 3.13 verifies strictly: a CA must say what its key may do.
+            "-addext", "basicConstraints = critical, CA:TRUE",
+            "-addext", "keyUsage = critical, keyCertSign, cRLSign",
         )  # fmt: skip
 
     @staticmethod
