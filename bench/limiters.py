@@ -38,7 +38,7 @@ from bench.peers import (
     smart_ratelimit,
 )
 
-ALGORITHMS = ("fixed_window", "sliding_log", "token_bucket")
+ALGORITHMS = ("fixed_window", "sliding_log", "token_bucket", "gcra", "sliding_window")
 
 
 @dataclass(frozen=True)
@@ -147,18 +147,14 @@ def raw_script(algorithm: str, *, pooled: bool = False) -> Build:
     """
 
     def build(limit: int, addresses: Sequence[str]) -> Decide:
-        from django_rl.algorithms import sliding_log, token_bucket
         from django_rl.backends import get_backend
 
         client = get_backend("default").pooled_client if pooled else _client()
         policy = _policy(algorithm, limit)
-        rate = policy.algorithm.rate
         keys = [policy.key(f"ip:{address}") for address in addresses]
-        if algorithm == "sliding_log":
-            script, args = sliding_log.SCRIPT, (rate.period_ms, limit, 1, "1")
-        else:
-            script, args = token_bucket.SCRIPT, (limit, rate.limit, rate.period_ms, 1, "1")
-        sha = client.script_load(script.source)
+        # The arguments Policy.hit sends, bar the time ('': the server's TIME).
+        args = (*policy.algorithm.script_args(1, "1"), "")
+        sha = client.script_load(policy.algorithm.script.source)
         return lambda i: client.evalsha(sha, 1, keys[i], *args)[0] == 1
 
     return build
@@ -220,6 +216,8 @@ RAW = {
     "fixed_window": "raw MULTI pipeline (fixed_window)",
     "sliding_log": "raw EVALSHA sliding_log.lua",
     "token_bucket": "raw EVALSHA token_bucket.lua",
+    "gcra": "raw EVALSHA gcra.lua",
+    "sliding_window": "raw EVALSHA sliding_window.lua",
 }
 
 LIMITERS: list[Limiter] = [
@@ -230,6 +228,8 @@ LIMITERS: list[Limiter] = [
     Limiter("raw EVALSHA of the same as Lua (not used)", "floor", lua_fixed_window),
     Limiter(RAW["sliding_log"], "floor", raw_script("sliding_log")),
     Limiter(RAW["token_bucket"], "floor", raw_script("token_bucket")),
+    Limiter(RAW["gcra"], "floor", raw_script("gcra")),
+    Limiter(RAW["sliding_window"], "floor", raw_script("sliding_window")),
     Limiter(
         f"{RAW['sliding_log']}, pooled client", "floor", raw_script("sliding_log", pooled=True)
     ),

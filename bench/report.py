@@ -15,7 +15,13 @@ SLOW_PEERS = (
     "DRF AnonRateThrottle (django-redis)",
     "django-ratelimit is_ratelimited (django-redis)",
 )
-MEMORY_TARGETS = {"fixed_window": 104, "token_bucket": 120, "sliding_log": 2232}
+MEMORY_TARGETS = {
+    "fixed_window": 104,
+    "token_bucket": 120,
+    "sliding_log": 2232,
+    "gcra": 104,
+    "sliding_window": 400,
+}
 
 
 def bench_parser(doc: str, results: str, quick: str) -> argparse.ArgumentParser:

@@ -57,6 +57,8 @@ def policies() -> dict[str, dict[str, Any]]:
             spec: dict[str, Any] = {"algorithm": algorithm, "rate": f"{limit}/h", "key": "ip"}
             if algorithm == "token_bucket":
                 spec["capacity"] = limit
+            if algorithm == "gcra":
+                spec["burst"] = limit
             specs[f"{algorithm}-{kind}"] = spec
     return specs
 

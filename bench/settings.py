@@ -44,6 +44,8 @@ def _policy(algorithm: str, limit: int) -> dict[str, object]:
     spec: dict[str, object] = {"algorithm": algorithm, "rate": f"{limit}/h", "key": "ip"}
     if algorithm == "token_bucket":
         spec["capacity"] = limit
+    if algorithm == "gcra":
+        spec["burst"] = limit
     return spec
 
 

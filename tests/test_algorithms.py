@@ -13,6 +13,8 @@ ALGORITHMS = [
     pytest.param({"algorithm": "fixed_window", "rate": "10/h"}, id="fixed_window"),
     pytest.param({"algorithm": "sliding_log", "rate": "10/h"}, id="sliding_log"),
     pytest.param({"algorithm": "token_bucket", "capacity": 10, "rate": "10/h"}, id="token_bucket"),
+    pytest.param({"algorithm": "gcra", "burst": 10, "rate": "10/h"}, id="gcra"),
+    pytest.param({"algorithm": "sliding_window", "rate": "10/h"}, id="sliding_window"),
 ]
 ID = "ip:198.51.100.7"
 
@@ -24,6 +26,14 @@ def policy(request, settings, redis_client):
     # end of one, which this rules out.
     start_of_fresh_window(redis_client, 3_600_000, min_left_ms=60_000)
     return get_policy("p")
+
+
+def longest_ttl_ms(policy):
+    """Return the longest a key of ``policy`` (10 an hour) may live.
+
+    A sliding window's counts matter until the window after theirs ends.
+    """
+    return 7_200_000 if policy.algorithm.name == "sliding_window" else 3_600_000
 
 
 def all_keys(client):
@@ -105,8 +115,15 @@ def test_reset_after_and_retry_after_agree(policy, redis_client):
     elif policy.algorithm.name == "sliding_log":
         # The first hit frees one slot an hour after it; the last frees all.
         assert 3599 < denied.retry_after <= denied.reset_after <= 3600
+    elif policy.algorithm.name == "sliding_window":
+        # This window's ten slide out over the next: the first hit fits a
+        # tenth of the way into it; the estimate is 0 when it ends.
+        left = (3_600_000 - server_ms(redis_client) % 3_600_000) / 1000
+        assert denied.retry_after == pytest.approx(left + 360, abs=0.1)
+        assert denied.reset_after == pytest.approx(left + 3600, abs=0.1)
     else:
-        # One token is back after 6 minutes; all ten after an hour.
+        # token_bucket and gcra: one hit is back after 6 minutes; all ten
+        # after an hour.
         assert 359 < denied.retry_after <= 360
         assert 3599 < denied.reset_after <= 3600
 
@@ -117,7 +134,7 @@ def test_every_key_has_a_ttl(policy, redis_client):
         policy.peek(f"ip:10.0.0.{i % 5}")
     keys = all_keys(redis_client)
     assert len(keys) == 7
-    assert all(0 < redis_client.pttl(k) <= 3_600_000 for k in keys)
+    assert all(0 < redis_client.pttl(k) <= longest_ttl_ms(policy) for k in keys)
 
 
 def test_a_key_that_lost_its_ttl_is_healed_by_the_next_hit(policy, redis_client):
@@ -126,7 +143,7 @@ def test_a_key_that_lost_its_ttl_is_healed_by_the_next_hit(policy, redis_client)
     redis_client.persist(key)
     assert redis_client.pttl(key) == -1
     policy.hit(ID)
-    assert 0 < redis_client.pttl(key) <= 3_600_000
+    assert 0 < redis_client.pttl(key) <= longest_ttl_ms(policy)
 
 
 def test_a_key_that_lost_its_ttl_is_healed_by_a_denied_hit(policy, redis_client):
@@ -135,7 +152,7 @@ def test_a_key_that_lost_its_ttl_is_healed_by_a_denied_hit(policy, redis_client)
     (key,) = all_keys(redis_client)
     redis_client.persist(key)
     assert policy.hit(ID).allowed is False
-    assert 0 < redis_client.pttl(key) <= 3_600_000
+    assert 0 < redis_client.pttl(key) <= longest_ttl_ms(policy)
 
 
 def test_key_format(policy, redis_client):

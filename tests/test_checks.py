@@ -10,6 +10,8 @@ from django.core.management.base import SystemCheckError
 from django_rl.checks import check_settings
 
 GOOD = {"algorithm": "fixed_window", "rate": "5/m"}
+#: Every algorithm, as the hint of an unknown one lists them.
+NAMES = "fixed_window, sliding_log, token_bucket, gcra, sliding_window"
 
 
 def errors(settings, rl=None, urls="tests.urls_without_limits", **overrides):
@@ -36,7 +38,7 @@ def test_the_test_settings_are_clean(settings):
             {"algorithm": "leaky", "rate": "5/m"},
             Error(
                 "DJANGO_RL['POLICIES']['p'] has an unknown algorithm 'leaky'",
-                hint="Set 'algorithm' to one of fixed_window, sliding_log, token_bucket.",
+                hint=f"Set 'algorithm' to one of {NAMES}.",
                 id="django_rl.E006",
             ),
         ),
@@ -44,7 +46,7 @@ def test_the_test_settings_are_clean(settings):
             {"rate": "5/m"},
             Error(
                 "DJANGO_RL['POLICIES']['p'] has no 'algorithm'",
-                hint="Set 'algorithm' to one of fixed_window, sliding_log, token_bucket.",
+                hint=f"Set 'algorithm' to one of {NAMES}.",
                 id="django_rl.E006",
             ),
         ),
@@ -116,7 +118,8 @@ def test_the_test_settings_are_clean(settings):
             {"algorithm": "fixed_window", "rate": "5/m", "rat": "6/m"},
             Error(
                 "DJANGO_RL['POLICIES']['p'] has unknown keys: 'rat'",
-                hint="Policy keys are algorithm, capacity, fail_open, fallback_rate, key, rate. "
+                hint="Policy keys are algorithm, burst, capacity, fail_open, fallback_rate, key, "
+                "rate. "
                 "Check the spelling.",
                 id="django_rl.E005",
             ),
@@ -125,7 +128,7 @@ def test_the_test_settings_are_clean(settings):
             {"algorithm": ["fixed_window"], "rate": "5/m"},
             Error(
                 "DJANGO_RL['POLICIES']['p'] has an unknown algorithm ['fixed_window']",
-                hint="Set 'algorithm' to one of fixed_window, sliding_log, token_bucket.",
+                hint=f"Set 'algorithm' to one of {NAMES}.",
                 id="django_rl.E006",
             ),
         ),

@@ -131,6 +131,8 @@ ALGORITHMS = {
     "fixed_window": {"algorithm": "fixed_window", "rate": "3/h", "key": "ip"},
     "sliding_log": {"algorithm": "sliding_log", "rate": "3/h", "key": "ip"},
     "token_bucket": {"algorithm": "token_bucket", "capacity": 3, "rate": "3/h", "key": "ip"},
+    "gcra": {"algorithm": "gcra", "burst": 3, "rate": "3/h", "key": "ip"},
+    "sliding_window": {"algorithm": "sliding_window", "rate": "3/h", "key": "ip"},
 }
 ID = "ip:192.0.2.44"
 
@@ -204,7 +206,7 @@ def test_peek_always_asks_redis(policy, redis_client):
     assert sent.keys() - {"info"}
 
 
-@pytest.mark.parametrize("name", ["sliding_log", "token_bucket"])
+@pytest.mark.parametrize("name", ["sliding_log", "token_bucket", "gcra", "sliding_window"])
 def test_a_heavier_denial_is_not_remembered(settings, redis_client, name):
     settings.DJANGO_RL = {"POLICIES": {"p": ALGORITHMS[name]}}
     policy = get_policy("p")

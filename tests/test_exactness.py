@@ -37,6 +37,8 @@ POLICIES = {
     "fixed_window": {"algorithm": "fixed_window", "rate": "100/h", "key": "ip"},
     "sliding_log": {"algorithm": "sliding_log", "rate": "100/h", "key": "ip"},
     "token_bucket": {"algorithm": "token_bucket", "capacity": 100, "rate": "100/h", "key": "ip"},
+    "gcra": {"algorithm": "gcra", "burst": 100, "rate": "100/h", "key": "ip"},
+    "sliding_window": {"algorithm": "sliding_window", "rate": "100/h", "key": "ip"},
     # Per-plan rates: the rate function gives every request 100/h.
     "per_plan": {"algorithm": "sliding_log", "rate": "tests.plans.exact_rate", "key": "ip"},
 }

@@ -60,9 +60,23 @@ POLICIES = {
         "key": "ip",
         "fallback_rate": "7/h",
     },
+    # Nor does the burst.
+    "gcra": {
+        "algorithm": "gcra",
+        "burst": 50,
+        "rate": "50/m",
+        "key": "ip",
+        "fallback_rate": "7/h",
+    },
+    "sliding_window": {
+        "algorithm": "sliding_window",
+        "rate": "50/m",
+        "key": "ip",
+        "fallback_rate": "7/h",
+    },
     "plain": {"algorithm": "sliding_log", "rate": "5/m", "key": "ip"},
 }
-ALGORITHMS = ["fixed_window", "sliding_log", "token_bucket"]
+ALGORITHMS = ["fixed_window", "sliding_log", "token_bucket", "gcra", "sliding_window"]
 SECTION = "outage fallback (fallback_rate)"
 
 
@@ -277,7 +291,8 @@ def test_an_acl_that_refuses_scripts_leaves_the_scripted_policy_to_the_fallback(
         r"Redis for rate limiting \(CACHES\['default'\]\) refuses a command to this "
         r"connection's ACL user \(NoPermissionError: .*'evalsha'.*\); decisions it cannot "
         r"answer are made in each process at the fallback_rate of policies 'fixed_window', "
-        r"'sliding_log', 'token_bucket', the others follow fail_open, and each asks it again\. "
+        r"'gcra', 'sliding_log', 'sliding_window', 'token_bucket', the others follow "
+        r"fail_open, and each asks it again\. "
         r".*",
         message,
     )
@@ -337,7 +352,8 @@ def test_decisions_are_redis_backed_again_as_soon_as_it_answers(settings, privat
     assert [level for level, _ in lines] == ["WARNING", "INFO"]
     assert re.fullmatch(
         r"Redis for rate limiting \(CACHES\['default'\]\) is unavailable \(ConnectionError: .*\); "
-        r"policies 'fixed_window', 'sliding_log', 'token_bucket' decide in each process at "
+        r"policies 'fixed_window', 'gcra', 'sliding_log', 'sliding_window', 'token_bucket' "
+        r"decide in each process at "
         r"their fallback_rate, the other decisions follow fail_open \(default FAIL_OPEN\) "
         r"until it answers again\.",
         lines[0][1],

@@ -14,10 +14,11 @@ pytestmark = pytest.mark.slow
 EDGE_POLICIES = {
     "fw": {"algorithm": "fixed_window", "rate": "5/s", "key": "ip"},
     "sl": {"algorithm": "sliding_log", "rate": "5/s", "key": "ip"},
+    "sw": {"algorithm": "sliding_window", "rate": "5/s", "key": "ip"},
 }
 
 
-@pytest.mark.parametrize(("name", "allowed"), [("fw", 10), ("sl", 5)])
+@pytest.mark.parametrize(("name", "allowed"), [("fw", 10), ("sl", 5), ("sw", 5)])
 def test_edge_burst(settings, keyspace, name, allowed):
     """5 hits 100 ms before a 1 s window edge and 5 hits 100 ms after it."""
     settings.DJANGO_RL = {"POLICIES": EDGE_POLICIES}

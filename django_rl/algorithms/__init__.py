@@ -10,7 +10,9 @@ from django_rl.algorithms.base import (
     fingerprint_text,
 )
 from django_rl.algorithms.fixed_window import FixedWindow
+from django_rl.algorithms.gcra import Gcra
 from django_rl.algorithms.sliding_log import SlidingLog
+from django_rl.algorithms.sliding_window import SlidingWindow
 from django_rl.algorithms.static import DenyAll, StaticAlgorithm, Unlimited
 from django_rl.algorithms.token_bucket import TokenBucket
 
@@ -18,6 +20,8 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     FixedWindow.name: FixedWindow,
     SlidingLog.name: SlidingLog,
     TokenBucket.name: TokenBucket,
+    Gcra.name: Gcra,
+    SlidingWindow.name: SlidingWindow,
 }
 
 #: Every parameter any algorithm takes; a policy key outside this set and the
