@@ -20,16 +20,18 @@ from collections.abc import Iterable
 #: The commands of decisions, peeks and resets, including those the scripts
 #: call: fixed_window (MULTI/EXEC of INCRBY, DECRBY, PEXPIREAT or PEXPIRE,
 #: PTTL; GET to peek), the server's clock (TIME), the scripts (EVALSHA, EVAL
-#: on NOSCRIPT, SCRIPT LOAD for pipelines) and their commands, and DEL.
+#: on NOSCRIPT, SCRIPT LOAD for pipelines) and their commands (gcra: GET,
+#: SET, PEXPIRE, DEL; sliding_window and token_bucket: HMGET, HSET), and DEL.
 DECISION_COMMANDS = (
     "multi", "exec", "incrby", "decrby", "pexpireat", "pexpire", "pttl", "get", "time",
     "evalsha", "eval", "script|load",
     "zcount", "zremrangebyrank", "zcard", "zrange", "zadd", "hmget", "hset", "del",
-    "hgetall",
+    "hgetall", "set",
 )  # fmt: skip
 #: The admin page and ``manage.py ratelimit``: walk and read the app's keys;
-#: the overrides' change marker (``SET`` when one is saved, ``GET`` to poll).
-ADMIN_COMMANDS = ("scan", "dbsize", "exists", "type", "set")
+#: the overrides' change marker (``SET``, granted above, when one is saved;
+#: ``GET`` to poll).
+ADMIN_COMMANDS = ("scan", "dbsize", "exists", "type")
 #: Naming the connection (``?client_name=`` in the URL; redis-py sends it on connect).
 CONNECTION_COMMANDS = ("client|setname",)
 #: redis-py's cluster client: the slot table and the command table.
