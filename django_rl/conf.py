@@ -36,6 +36,7 @@ DEFAULTS: Mapping[str, Any] = {
     "CLOCK": "server",
     "FALLBACK_MAX_IDENTITIES": 10_000,
     "OVERRIDES": True,
+    "SHADOW": False,
 }
 
 
@@ -68,6 +69,8 @@ class Settings:
 
     fallback_max_identities: int = DEFAULTS["FALLBACK_MAX_IDENTITIES"]
     overrides: bool = True
+    #: Every policy in shadow mode (counts and decides, never denies).
+    shadow: bool = False
 
 
 def raw_settings() -> object:
@@ -108,6 +111,7 @@ def get_settings() -> Settings:
         clock=merged["CLOCK"],
         fallback_max_identities=merged["FALLBACK_MAX_IDENTITIES"],
         overrides=merged["OVERRIDES"],
+        shadow=merged["SHADOW"],
     )
 
 

@@ -31,6 +31,12 @@ class Decision:
     :ivar fallback: ``True`` when the policy's outage fallback decided: a
         count in this process at its ``fallback_rate`` (``fallback.py``);
         ``limit``, ``remaining``, the times and ``window`` are the fallback's.
+    :ivar shadow: ``True`` when the policy is in shadow mode (its ``mode`` is
+        ``"shadow"``, or ``DJANGO_RL["SHADOW"]`` is on): ``allowed`` and the
+        rest say what it decided, but it is never enforced. The front doors
+        do not refuse a request for it, leave it out of the rate-limit
+        headers and of ``request.limited``, and report its denials as shadow
+        denials (signal, log). See :attr:`denies`.
     """
 
     allowed: bool
@@ -42,6 +48,16 @@ class Decision:
     degraded: bool = False
     window: int | None = None
     fallback: bool = False
+    shadow: bool = False
+
+    @property
+    def denies(self) -> bool:
+        """Return whether this Decision refuses the hit: denied, and not in shadow mode.
+
+        What code that enforces a Decision itself should test (the front
+        doors do): a shadow policy's denial (``allowed`` False) refuses nothing.
+        """
+        return not self.allowed and not self.shadow
 
     @property
     def retry_after_header(self) -> int:

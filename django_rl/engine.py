@@ -11,7 +11,8 @@ to it):
 
 * ``django_rl_decisions``: every Decision made for it, oldest first
   (``headers.record``);
-* ``limited``: ``True`` once any policy has denied it, else ``False``.
+* ``limited``: ``True`` once any policy has denied it, else ``False`` (a
+  policy in shadow mode never sets it).
 
 Both are set as soon as a front door looks at the request, even when no
 policy applies (no Decision), so a view can always read them.
@@ -87,7 +88,8 @@ def settle(request: Any, decisions: Sequence[Decision]) -> list[Decision]:
     every = record(request, decisions)
     http_request = getattr(request, "_request", request)
     if not getattr(http_request, LIMITED, False):
-        setattr(http_request, LIMITED, any(not d.allowed for d in decisions))
+        # A shadow policy's denial limits nothing (Decision.denies).
+        setattr(http_request, LIMITED, any(d.denies for d in decisions))
     return every
 
 
@@ -121,6 +123,6 @@ def decide(request: Any, limits: Iterable[Limit]) -> Verdict:
         made = limit.hit(request)
         decisions += made
         if limit.block:
-            blocking += [d for d in made if not d.allowed]
+            blocking += [d for d in made if d.denies]
     settle(request, decisions)
     return Verdict(decisions, blocking)

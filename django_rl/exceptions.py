@@ -52,7 +52,8 @@ class RateLimited(PermissionDenied):
         self.decisions: tuple[Decision, ...] = (
             (decisions,) if isinstance(decisions, Decision) else tuple(decisions)
         )
-        self.denied = tuple(d for d in self.decisions if not d.allowed)
+        # A shadow policy's denial refuses nothing (Decision.denies).
+        self.denied = tuple(d for d in self.decisions if d.denies)
         if not self.denied:
             raise ValueError("RateLimited needs at least one Decision that denied")
         self.decision = max(self.denied, key=lambda d: d.retry_after)

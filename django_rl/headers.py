@@ -113,6 +113,10 @@ def header_values(decisions: Sequence[Decision], mode: str) -> dict[str, str]:
     other, with the fallback's limit and window.
     """
     headers: dict[str, str] = {}
+    # A policy in shadow mode is not enforced: responses say nothing of it.
+    decisions = [d for d in decisions if not d.shadow]
+    if not decisions:
+        return headers
     reported = [d for d in decisions if d.fallback or not (d.allowed and d.degraded)]
     closest = closest_to_denial(reported) if reported else None
     if mode in ("ietf", "both"):

@@ -96,6 +96,7 @@ def build_policy(
         extra=extra,
         fallback=fallback,
         build=build,
+        shadow=spec.get("mode") == "shadow" or settings.shadow,
     )
 
 

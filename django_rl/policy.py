@@ -10,6 +10,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -22,6 +23,7 @@ from django_rl.exceptions import BackendError, ConfigurationError
 from django_rl.fallback import LocalFallback
 from django_rl.identities import IdentityFunction
 from django_rl.keys import safe_identity
+from django_rl.observability.denials import report_denial
 from django_rl.overrides.loader import rules_for
 from django_rl.overrides.rules import BLOCK, EXEMPT, Rule
 from django_rl.plans import (
@@ -82,8 +84,11 @@ class Policy:
         extra: str = "",
         fallback: LocalFallback | None = None,
         build: Callable[[str], Variant] | None = None,
+        shadow: bool = False,
     ) -> None:
         self.name = name
+        #: Shadow mode: decide and count as usual, never deny (``Decision.shadow``).
+        self.shadow = shadow
         self.identify: IdentityFunction = identify
         self.backend = backend
         self.key_prefix = key_prefix
@@ -246,6 +251,14 @@ class Policy:
         return self.variant_for(request)
 
     def hit(self, identity: str, cost: int = 1, *, request: Any = None) -> Decision:
+        """Count a hit of weight ``cost`` for ``identity`` and decide (see :meth:`_hit_identity`).
+
+        A policy in shadow mode returns the same Decision with ``shadow=True``.
+        """
+        decision = self._hit_identity(identity, cost, request=request)
+        return replace(decision, shadow=True) if self.shadow else decision
+
+    def _hit_identity(self, identity: str, cost: int = 1, *, request: Any = None) -> Decision:
         """Count a hit of weight ``cost`` for ``identity`` and decide, in one round trip.
 
         Never raises for Redis trouble: if Redis cannot answer (no answer, or
@@ -324,6 +337,14 @@ class Policy:
         return decision
 
     def peek(self, identity: str, *, request: Any = None) -> Decision:
+        """Return what a hit of cost 1 would be told now, counting nothing (see :meth:`_peek`).
+
+        A policy in shadow mode returns the same Decision with ``shadow=True``.
+        """
+        decision = self._peek(identity, request=request)
+        return replace(decision, shadow=True) if self.shadow else decision
+
+    def _peek(self, identity: str, *, request: Any = None) -> Decision:
         """Return what a hit of cost 1 would be told now, counting nothing.
 
         Never raises for Redis trouble: if Redis cannot answer, the answer is
@@ -439,6 +460,28 @@ class Policy:
     def hit_request(self, request: Any, cost: int = 1) -> Decision | None:
         """Identify ``request`` and hit; ``None`` when the policy does not apply to it.
 
+        See :meth:`_hit_request`. A denial (an enforced one, or a shadow
+        policy's would-be denial, marked ``shadow=True``) is reported: the
+        ``rate_limited`` signal and a line on the ``django_rl.denials`` logger
+        (``observability/denials.py``).
+        """
+        if self.unlimited:
+            return None
+        identity = self.identify(request)
+        if identity is None:
+            return None
+        decision = self._hit_request(request, identity, cost)
+        if decision is None:
+            return None
+        if self.shadow:
+            decision = replace(decision, shadow=True)
+        if not decision.allowed:
+            report_denial(request, self.name, identity, decision)
+        return decision
+
+    def _hit_request(self, request: Any, identity: str, cost: int) -> Decision | None:
+        """Hit for ``request``, counted as ``identity``; ``None`` when no limit applies.
+
         It does not apply when the identity function returns ``None``, or a
         per-plan rate function does. For the front doors, which must never
         fail a request for its weight: a ``cost`` above the limit (``manage.py
@@ -454,11 +497,6 @@ class Policy:
 
         :raises ValueError: if ``cost`` is not a whole number of at least 1.
         """
-        if self.unlimited:
-            return None
-        identity = self.identify(request)
-        if identity is None:
-            return None
         rules = rules_for(self.name)
         variant: Variant | None
         if rules is not None and (rule := rules.match(identity)) is not None:

@@ -70,11 +70,11 @@ class PolicyThrottle(BaseThrottle):
         decisions = engine.hit_all(request, [get_policy(name) for name in names])
         self.decisions = tuple(decisions)
         write_view_headers(view, engine.settle(request, decisions))
-        return all(decision.allowed for decision in decisions)
+        return not any(decision.denies for decision in decisions)
 
     def wait(self) -> float | None:
         """Return seconds until a retry would be allowed: Retry-After, whole and at least 1."""
-        waits = [d.retry_after_header for d in self.decisions if not d.allowed]
+        waits = [d.retry_after_header for d in self.decisions if d.denies]
         return float(max(waits)) if waits else None
 
 

@@ -27,7 +27,9 @@ from django_rl.rates import Rate, RateError, parse_rate
 from django_rl.reprs import short_repr
 
 #: Policy keys every algorithm accepts.
-COMMON_KEYS = frozenset({"algorithm", "key", "fail_open", "fallback_rate"})
+COMMON_KEYS = frozenset({"algorithm", "key", "fail_open", "fallback_rate", "mode"})
+#: A policy's ``mode``: it denies (``enforce``), or only counts and reports (``shadow``).
+MODES = ("enforce", "shadow")
 #: The hint of every malformed rate (django_rl.E007).
 RATE_HINT = (
     "Write e.g. '5/m', '100/10m', '1000/hour', '100/10' (per 10 s), "
@@ -91,6 +93,11 @@ def settings_problems(raw: object) -> list[Problem]:
         ),
         ("FAIL_OPEN", isinstance(merged["FAIL_OPEN"], bool), "True or False"),
         ("OVERRIDES", isinstance(merged["OVERRIDES"], bool), "True or False"),
+        (
+            "SHADOW",
+            isinstance(merged["SHADOW"], bool),
+            "True (every policy in shadow mode: it counts but never denies) or False",
+        ),
         (
             "NUM_PROXIES",
             type(merged["NUM_PROXIES"]) is int and 0 <= merged["NUM_PROXIES"] <= 32,
@@ -353,6 +360,15 @@ def policy_problems(
                 f"{where}['fail_open'] is {short_repr(spec['fail_open'])}",
                 "It must be True (allow when Redis cannot answer) or False (deny with 429); "
                 "leave it out to follow DJANGO_RL['FAIL_OPEN'].",
+            )
+        )
+    if "mode" in spec and spec["mode"] not in MODES:
+        problems.append(
+            Problem(
+                "django_rl.E032",
+                f"{where}['mode'] is {short_repr(spec['mode'])}",
+                "Use 'enforce' (the default: the policy denies) or 'shadow' (it counts and "
+                "reports what it would deny, and never denies).",
             )
         )
     problems += fallback_rate_problems(spec, where)

@@ -119,7 +119,7 @@ def test_the_test_settings_are_clean(settings):
             Error(
                 "DJANGO_RL['POLICIES']['p'] has unknown keys: 'rat'",
                 hint="Policy keys are algorithm, burst, capacity, fail_open, fallback_rate, key, "
-                "rate. "
+                "mode, rate. "
                 "Check the spelling.",
                 id="django_rl.E005",
             ),

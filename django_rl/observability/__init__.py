@@ -1,0 +1,1 @@
+"""What the limits do, seen from outside: denials reported (signal, log)."""
