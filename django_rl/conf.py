@@ -37,6 +37,7 @@ DEFAULTS: Mapping[str, Any] = {
     "FALLBACK_MAX_IDENTITIES": 10_000,
     "OVERRIDES": True,
     "SHADOW": False,
+    "METRICS": True,
 }
 
 
@@ -71,6 +72,8 @@ class Settings:
     overrides: bool = True
     #: Every policy in shadow mode (counts and decides, never denies).
     shadow: bool = False
+    #: Prometheus metrics whenever prometheus_client imports (observability/metrics.py).
+    metrics: bool = True
 
 
 def raw_settings() -> object:
@@ -112,6 +115,7 @@ def get_settings() -> Settings:
         fallback_max_identities=merged["FALLBACK_MAX_IDENTITIES"],
         overrides=merged["OVERRIDES"],
         shadow=merged["SHADOW"],
+        metrics=merged["METRICS"],
     )
 
 

@@ -24,6 +24,7 @@ from django_rl.fallback import LocalFallback
 from django_rl.identities import IdentityFunction
 from django_rl.keys import safe_identity
 from django_rl.observability.denials import report_denial
+from django_rl.observability.metrics import count_decision, count_deny_cache_answer, metrics
 from django_rl.overrides.loader import rules_for
 from django_rl.overrides.rules import BLOCK, EXEMPT, Rule
 from django_rl.plans import (
@@ -256,7 +257,10 @@ class Policy:
         A policy in shadow mode returns the same Decision with ``shadow=True``.
         """
         decision = self._hit_identity(identity, cost, request=request)
-        return replace(decision, shadow=True) if self.shadow else decision
+        if self.shadow:
+            decision = replace(decision, shadow=True)
+        count_decision(self.name, decision)
+        return decision
 
     def _hit_identity(self, identity: str, cost: int = 1, *, request: Any = None) -> Decision:
         """Count a hit of weight ``cost`` for ``identity`` and decide, in one round trip.
@@ -305,10 +309,17 @@ class Policy:
         if denials is not None:
             known = denials.lookup(key, cost)
             if known is not None:
+                count_deny_cache_answer(self.name)
                 return known
             asked_at = denials.clock()
+        measured = metrics()
         try:
-            outcome = self.backend.run(key, variant.algorithm.hit, cost)
+            if measured is None:
+                outcome = self.backend.run(key, variant.algorithm.hit, cost)
+            else:
+                began = time.perf_counter()
+                outcome = self.backend.run(key, variant.algorithm.hit, cost)
+                measured.redis_seconds.observe(time.perf_counter() - began)
         except RedisError:
             # The node counted it, and logged its outage or incident once.
             if self.fallback is not None:
@@ -475,6 +486,7 @@ class Policy:
             return None
         if self.shadow:
             decision = replace(decision, shadow=True)
+        count_decision(self.name, decision)
         if not decision.allowed:
             report_denial(request, self.name, identity, decision)
         return decision

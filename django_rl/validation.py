@@ -94,6 +94,11 @@ def settings_problems(raw: object) -> list[Problem]:
         ("FAIL_OPEN", isinstance(merged["FAIL_OPEN"], bool), "True or False"),
         ("OVERRIDES", isinstance(merged["OVERRIDES"], bool), "True or False"),
         (
+            "METRICS",
+            isinstance(merged["METRICS"], bool),
+            "True (Prometheus metrics whenever prometheus_client is installed) or False",
+        ),
+        (
             "SHADOW",
             isinstance(merged["SHADOW"], bool),
             "True (every policy in shadow mode: it counts but never denies) or False",

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from django_rl.backends.errors import REPLIES, brief, outage_kind
+from django_rl.observability.metrics import count_redis_error
 
 logger = logging.getLogger("django_rl")
 
@@ -198,6 +199,7 @@ class Health:
         # failing at once would count one.
         with self._count_lock:
             self.errors[kind] += 1
+        count_redis_error(kind)
 
 
 def _details(name: str, exc: Exception) -> None:
