@@ -38,11 +38,14 @@ end of the run (and in docs/reliability.md).
 from __future__ import annotations
 
 import math
+import os
 import re
+import signal
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
@@ -439,3 +442,54 @@ def test_failover_to_a_replica_behind_a_moved_address(request):
             proxy.close()
         primary.close()
         replica.close()
+
+
+def test_a_worker_started_during_the_outage_has_an_allowance_of_its_own(request, redis_site):
+    """The bound counts processes: a worker gunicorn starts in the window adds its allowance.
+
+    With Redis dead, concurrent requests of one client go round the workers
+    until each has admitted its 2; one worker is then SIGKILLed, gunicorn
+    starts another, and that one admits the client 2 more: 8 in the window,
+    not 6 (docs/reliability.md says so).
+    """
+    server, site = redis_site
+    address = "203.0.113.50"
+    fresh_fallback_window()
+    server.kill()
+    answers: list[Answer] = []
+
+    def until_each_worker_denies(deadline: float) -> None:
+        # Until every worker gunicorn runs now has decided FALLBACK + 1
+        # times for the client (admitted its allowance, then denied).
+        while time.monotonic() < deadline:
+            seen = Counter(a.worker for a in answers)
+            workers = set(site.worker_pids())
+            if len(workers) == WORKERS and all(seen[w] > FALLBACK for w in workers):
+                return
+            with ThreadPoolExecutor(THREADS) as pool:
+                answers.extend(pool.map(lambda i: ask(site, URLS[i % 2], address), range(THREADS)))
+        served = Counter(a.worker for a in answers)
+        raise AssertionError(f"not every worker served the client: {served}")
+
+    until_each_worker_denies(time.monotonic() + 30)
+    victim = min(site.seen)
+    os.kill(victim, signal.SIGKILL)
+    started = time.monotonic()
+    while victim in site.worker_pids() and time.monotonic() < started + 10:
+        time.sleep(0.05)
+    until_each_worker_denies(time.monotonic() + 60)
+    workers = {a.worker for a in answers}
+    newcomers = workers - set(site.seen)
+    admitted = Counter(a.worker for a in answers if a.status == 200)
+    figures.record(
+        request.config,
+        SECTION,
+        f"a worker replaced during the outage: {len(answers)} requests of one client, "
+        f"admitted {sum(admitted.values())} by {len(workers)} processes "
+        f"({FALLBACK} each; {WORKERS} workers at a time)",
+    )
+    assert {(a.status, a.decided) for a in answers} <= {(200, "local"), (429, "local")}
+    assert len(newcomers) == 1 and victim in workers
+    # Each process, the newcomer too, admitted exactly its allowance.
+    assert admitted == {worker: FALLBACK for worker in workers}
+    assert sum(admitted.values()) == FALLBACK * (WORKERS + 1)
