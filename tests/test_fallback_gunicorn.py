@@ -27,9 +27,12 @@ after Redis answers again. Asserted, for each fault:
   at most its limit again;
 * **Redis-backed again** within :data:`RECOVERY` of Redis answering (the
   last local decision), and afterwards a fresh client gets exactly 6, then
-  429, from Redis through every worker;
+  429, from Redis, whichever worker serves each request;
 * one warning and one recovery line per outage in each worker's log, the
   warning naming the policy that decides locally.
+
+And the bound counts processes, not workers at a time: a worker gunicorn
+starts in place of one killed during the outage admits a client its own 2.
 
 The figures appear in the "outage fallback under gunicorn" section at the
 end of the run (and in docs/reliability.md).
@@ -200,6 +203,8 @@ def use_up_in_redis(site: Gunicorn, address: str) -> list[Answer]:
 
 @dataclass(frozen=True)
 class Outcome:
+    """What one fault's run saw (times are ``time.monotonic()``)."""
+
     before: list[Answer]  #: the answers that used each client's limit up in Redis
     during: list[Answer]  #: the traffic's answers, from before the fault until after it
     failures: list[str]
@@ -250,6 +255,7 @@ def check(
         address: sum(a.status == 200 for a in redis_after if a.address == address)
         for address in ADDRESSES
     }
+    during = sum(outcome.fault_at <= a.sent < outcome.answered_at for a in outcome.during)
     # Everything each client got through: before, during and after the fault.
     total = {a: sum(x.status == 200 for x in answers if x.address == a) for a in ADDRESSES}
     # The docs' bound around a switch: what Redis had not counted (its limit,
@@ -262,7 +268,8 @@ def check(
     figures.record(
         request.config,
         SECTION,
-        f"{name:<9} {len(answers):>4} requests, 500s: {statuses[500] + len(outcome.failures)}; "
+        f"{name:<9} {len(answers):>4} requests ({during} during the fault), "
+        f"500s: {statuses[500] + len(outcome.failures)}; "
         f"{len(local):>3} decided locally by {len({a.worker for a in local})} workers; "
         f"admitted locally per client {sorted(admitted.values())} (bound "
         f"{FALLBACK * WORKERS}); by Redis after the fault {sorted(again.values())}; in all "
