@@ -31,6 +31,10 @@ class TcpProxy:
     def close(self) -> None:
         """Stop accepting, close every connection and wait for the threads."""
         self._closed = True
+        # Closing alone would not wake the thread blocked in accept() (Linux):
+        # shutting the listener down does, so its join below does not wait.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         with self._lock:
             for sock in self._sockets:
