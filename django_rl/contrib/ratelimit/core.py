@@ -13,10 +13,10 @@ import math
 import time
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from django_rl.contrib.ratelimit import ALL, UNSAFE, store
+from django_rl.contrib.ratelimit.conf import get_ratelimit_settings
 
 # The original's helpers are importable from here, as from django_ratelimit.core.
 from django_rl.contrib.ratelimit.keys import _ACCESSOR_KEYS as _ACCESSOR_KEYS
@@ -124,7 +124,8 @@ def get_usage(
     """
     if group is None and fn is None:
         raise ImproperlyConfigured("get_usage must be called with either `group` or `fn` arguments")
-    if not getattr(settings, "RATELIMIT_ENABLE", True):
+    configured = get_ratelimit_settings()
+    if not configured.enable:
         return None
     if not _method_match(request, method):
         return None
@@ -141,7 +142,7 @@ def get_usage(
             # As the original's cache read: a count of 0, whatever RATELIMIT_FAIL_OPEN.
             left = limit.period_ms - int(time.time() * 1000) % limit.period_ms
             usage = store.Usage(0, math.ceil(left / 1000))
-        elif getattr(settings, "RATELIMIT_FAIL_OPEN", False):
+        elif configured.fail_open:
             return None
         else:
             return dict(_FAILED)

@@ -14,9 +14,10 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
+
+from django_rl.contrib.ratelimit.conf import get_ratelimit_settings
 
 #: ``key(group, request) -> value``: a callable key, or the one a dotted path names.
 KeyFunction = Callable[[str, Any], object]
@@ -36,7 +37,8 @@ def _get_ip(request: Any) -> str:
         request does not have.
     :raises ValueError: if the value is not an IP address.
     """
-    meta_key = getattr(settings, "RATELIMIT_IP_META_KEY", None)
+    configured = get_ratelimit_settings()
+    meta_key = configured.ip_meta_key
     if not meta_key:
         address = request.META["REMOTE_ADDR"]
         if not address:
@@ -58,9 +60,9 @@ def _get_ip(request: Any) -> str:
         )
     address = str(address)
     if ":" in address:
-        mask = getattr(settings, "RATELIMIT_IPV6_MASK", 64)
+        mask = configured.ipv6_mask
     else:
-        mask = getattr(settings, "RATELIMIT_IPV4_MASK", 32)
+        mask = configured.ipv4_mask
         if mask == 32:
             try:
                 # A whole IPv4 address is itself: inet_pton checks it in a

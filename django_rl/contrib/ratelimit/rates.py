@@ -7,6 +7,7 @@ keys: ``"100/5m"`` and ``"100/300s"`` are one rate and share one count.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -57,8 +58,11 @@ def rate_for(group: str, request: Any, rate: object) -> str | tuple[int, int] | 
     return rate  # type: ignore[return-value]
 
 
+@functools.lru_cache(maxsize=1024)
 def to_rate(rate: str | tuple[int, int]) -> Rate:
     """Return ``rate`` as django_rl's :class:`Rate` (a count of 0 denies every hit).
+
+    Kept per rate (a few per project): this runs on every decision.
 
     :raises ImproperlyConfigured: for a period of 0 (as the original), and
         for counts and periods django_rl does not keep (above 1,000,000,000

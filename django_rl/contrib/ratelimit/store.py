@@ -43,6 +43,7 @@ from django_rl.algorithms.base import read_now
 from django_rl.algorithms.fixed_window import FixedWindow
 from django_rl.backends import RedisNode, get_backend
 from django_rl.conf import get_settings
+from django_rl.contrib.ratelimit.conf import get_ratelimit_settings
 from django_rl.contrib.ratelimit.discovery import url_groups
 from django_rl.inline import policy_name
 from django_rl.plans import PlanRates, Variant, make_variant
@@ -99,8 +100,8 @@ def policy_for(group: str, methods: str) -> Policy:
 
     :raises InvalidCacheBackendError: if ``RATELIMIT_USE_CACHE`` names no cache.
     """
-    alias = getattr(settings, "RATELIMIT_USE_CACHE", "default")
-    fail_open = bool(getattr(settings, "RATELIMIT_FAIL_OPEN", False))
+    configured = get_ratelimit_settings()
+    alias, fail_open = configured.use_cache, configured.fail_open
     prefix = get_settings().key_prefix
     found = _policies.get((group, methods, alias, fail_open, prefix))
     if found is not None:
@@ -114,6 +115,13 @@ def policy_for(group: str, methods: str) -> Policy:
             (group, methods, alias, fail_open, prefix),
             _build_policy(group, methods, alias, fail_open, prefix),
         )
+
+
+@functools.lru_cache(maxsize=1024)
+def _variant(policy: Policy, rate: Rate) -> Variant:
+    """Return the variant of ``rate`` of ``policy``: its algorithm and keys, built once."""
+    assert policy.rates is not None
+    return policy.rates.variant(str(rate))
 
 
 @functools.lru_cache(maxsize=32)
@@ -143,8 +151,7 @@ def count(group: str, methods: str, rate: Rate, value: str, increment: bool) -> 
     the catalogue).
     """
     policy = policy_for(group, methods)
-    assert policy.rates is not None
-    variant = policy.rates.variant(str(rate))
+    variant = _variant(policy, rate)
     key = policy.variant_key(variant, value)
     try:
         if increment:
@@ -183,3 +190,4 @@ def _forget_policies(*, setting: str, **kwargs: object) -> None:
     if setting in ("CACHES", "DJANGO_RL"):
         with _lock:
             _policies.clear()
+            _variant.cache_clear()
