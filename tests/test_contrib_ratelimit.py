@@ -847,3 +847,23 @@ def test_another_process_finds_the_rates_in_the_catalogue(settings):
     store._policies.clear()  # as if this were another process
     [row] = list_counters(Query(policy=policy_name("tests.views_contrib_ratelimit.blocked"))).rows
     assert (row.rate, row.limit, row.used) == ("7/h", 7, 1)
+
+
+@pytest.mark.parametrize(
+    ("setting", "digest"),
+    [
+        (None, lambda text: __import__("hashlib").sha256(text).hexdigest()),
+        ("hashlib.md5", lambda text: __import__("hashlib").md5(text).hexdigest()),
+    ],
+)
+def test_values_clients_send_are_hashed_in_keys(settings, redis_client, setting, digest):
+    """RATELIMIT_HASH_ALGORITHM: a username never stands in a Redis key; an address does."""
+    if setting is not None:
+        settings.RATELIMIT_HASH_ALGORITHM = setting
+    request = rf.post("/", {"username": "alice@example.com"})
+    assert not is_ratelimited(request, group="h", key="post:username", rate="1/m", increment=True)
+    assert is_ratelimited(request, group="h", key="post:username", rate="1/m", increment=True)
+    is_ratelimited(request, group="h", key="ip", rate="1/m", increment=True)
+    keys = sorted(k.decode() for k in redis_client.keys("rl:@h:*"))
+    identities = sorted(key.split("{")[1].split("}")[0] for key in keys)
+    assert identities == sorted(["127.0.0.1", f"h:{digest(b'alice@example.com')}"])

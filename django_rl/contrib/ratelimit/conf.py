@@ -9,11 +9,14 @@ microsecond or two each time. They affect only the drop-in.
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.utils.module_loading import import_string
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,8 @@ class RatelimitSettings:
     ip_meta_key: object
     ipv4_mask: int
     ipv6_mask: int
+    #: ``hashlib.sha256`` or the like: ``hash_algorithm(bytes).hexdigest()``.
+    hash_algorithm: Any
 
 
 @functools.cache
@@ -38,7 +43,15 @@ def get_ratelimit_settings() -> RatelimitSettings:
         ip_meta_key=getattr(settings, "RATELIMIT_IP_META_KEY", None),
         ipv4_mask=getattr(settings, "RATELIMIT_IPV4_MASK", 32),
         ipv6_mask=getattr(settings, "RATELIMIT_IPV6_MASK", 64),
+        hash_algorithm=_hash_algorithm(getattr(settings, "RATELIMIT_HASH_ALGORITHM", None)),
     )
+
+
+def _hash_algorithm(chosen: object) -> Any:
+    """Return the hash ``RATELIMIT_HASH_ALGORITHM`` names: a callable, or its dotted path."""
+    if chosen is None:
+        return hashlib.sha256
+    return import_string(chosen) if isinstance(chosen, str) else chosen
 
 
 @receiver(setting_changed)

@@ -22,8 +22,8 @@ from django_rl.contrib.ratelimit.conf import get_ratelimit_settings
 from django_rl.contrib.ratelimit.keys import _ACCESSOR_KEYS as _ACCESSOR_KEYS
 from django_rl.contrib.ratelimit.keys import _SIMPLE_KEYS as _SIMPLE_KEYS
 from django_rl.contrib.ratelimit.keys import _get_ip as _get_ip
+from django_rl.contrib.ratelimit.keys import counted_as
 from django_rl.contrib.ratelimit.keys import get_header as get_header
-from django_rl.contrib.ratelimit.keys import key_value
 from django_rl.contrib.ratelimit.keys import user_or_ip as user_or_ip
 from django_rl.contrib.ratelimit.rates import _PERIODS as _PERIODS
 from django_rl.contrib.ratelimit.rates import _split_rate as _split_rate
@@ -135,7 +135,7 @@ def get_usage(
     if found is None:
         return None
     limit = to_rate(found)
-    value = key_value(group, request, key)
+    value = counted_as(group, request, key)
     usage = store.count(group, _methods_text(method), limit, value, increment)
     if usage is None:  # Redis could not answer
         if not increment:

@@ -115,6 +115,23 @@ _ACCESSOR_KEYS: dict[str, Callable[[Any, str], str]] = {
 }
 
 
+def counted_as(group: str, request: Any, key: object) -> str:
+    """Return the identity ``request`` is counted as within ``group``: its key's value.
+
+    The value of ``ip``, ``user`` and ``user_or_ip`` as it is (an address or a
+    primary key, as django_rl's own identities); any other value (a header, a
+    parameter, a form field such as a username, a callable's) as its digest by
+    ``RATELIMIT_HASH_ALGORITHM`` (``h:<hex>``), so what clients send never
+    stands in Redis keys, as the original's keys hash it. Equal values give
+    equal identities either way.
+    """
+    value = key_value(group, request, key)
+    if isinstance(key, str) and key in _SIMPLE_KEYS:
+        return value
+    hashed = get_ratelimit_settings().hash_algorithm(value.encode("utf-8", "surrogateescape"))
+    return f"h:{hashed.hexdigest()}"
+
+
 def key_value(group: str, request: Any, key: object) -> str:
     """Return the value ``key`` gives ``request``: what it is counted as within ``group``.
 
