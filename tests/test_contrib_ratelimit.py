@@ -19,6 +19,7 @@ from django.utils.decorators import method_decorator
 from django.views.generic import View
 
 from django_rl.contrib import ratelimit as package
+from django_rl.contrib.ratelimit import store
 from django_rl.contrib.ratelimit.core import (
     _get_ip,
     _split_rate,
@@ -32,6 +33,13 @@ from tests.conftest import server_ms, sleep_until, start_of_fresh_window
 from tests.views_contrib_ratelimit import CustomRatelimitedException, mykey
 
 rf = RequestFactory()
+
+
+@pytest.fixture(autouse=True)
+def _drop_in_policies_are_forgotten():
+    """The policies a test made are not listed by the admin in later tests."""
+    yield
+    store.forget_policies()
 
 
 class MockUser:
@@ -626,22 +634,31 @@ def test_method_that_does_not_match_is_no_usage():
     assert get_usage(rf.get("/"), group="g", key="ip", rate="1/m", method="POST") is None
 
 
+def _seconds_left(client, period_ms: int) -> float:
+    return (period_ms - server_ms(client) % period_ms) / 1000
+
+
 def test_time_left_against_the_redis_clock(redis_client):
+    """``time_left``: the server's time left in the window, rounded up; a new window starts at 0."""
     period_ms = 2_000
+    usage = partial(get_usage, group="t", key="ip", rate="1/2s")
     start_of_fresh_window(redis_client, period_ms, min_left_ms=1_500)
-    usage = get_usage(rf.get("/"), group="t", key="ip", rate="1/2s", increment=True)
-    now = server_ms(redis_client)
-    left_ms = period_ms - now % period_ms
-    # Rounded up; the call took place a few ms before `now`.
-    assert usage["time_left"] in {math.ceil(left_ms / 1000), math.ceil((left_ms + 200) / 1000)}
-    assert usage["count"] == 1
-    assert get_usage(rf.get("/"), group="t", key="ip", rate="1/2s", increment=True)["count"] == 2
+    before = _seconds_left(redis_client, period_ms)
+    first = usage(rf.get("/"), increment=True)
+    after = _seconds_left(redis_client, period_ms)
+    # Within the window (the server's clock), between the reads before and after the call.
+    assert math.ceil(after) <= first["time_left"] <= math.ceil(before)
+    assert first["count"] == 1
+    assert usage(rf.get("/"), increment=True)["count"] == 2
     assert is_ratelimited(rf.get("/"), group="t", key="ip", rate="1/2s")
-    sleep_until(redis_client, now + left_ms + 50)  # the next window on the server's clock
-    fresh = get_usage(rf.get("/"), group="t", key="ip", rate="1/2s")
-    assert fresh["count"] == 0
-    assert fresh["should_limit"] is False
-    assert fresh["time_left"] == 2  # 1.95 s left, rounded up
+    now = server_ms(redis_client)
+    sleep_until(redis_client, now + period_ms - now % period_ms + 50)  # the next window
+    before = _seconds_left(redis_client, period_ms)
+    fresh = usage(rf.get("/"))
+    after = _seconds_left(redis_client, period_ms)
+    assert (fresh["count"], fresh["should_limit"]) == (0, False)
+    # No key yet: from this process's bounds on the server's clock (a few ms wide).
+    assert math.ceil(after - 0.05) <= fresh["time_left"] <= math.ceil(before + 0.05)
     assert not is_ratelimited(rf.get("/"), group="t", key="ip", rate="1/2s", increment=True)
 
 
@@ -834,7 +851,6 @@ def test_the_live_counters_list_and_reset_the_state(settings):
 
 def test_another_process_finds_the_rates_in_the_catalogue(settings):
     """A process that never decided (the admin's) reads the rate the deciding one recorded."""
-    from django_rl.contrib.ratelimit import store
     from django_rl.inline import policy_name
     from django_rl.inspection.listing import Query, list_counters
 
@@ -844,7 +860,7 @@ def test_another_process_finds_the_rates_in_the_catalogue(settings):
         rf.get("/"), group="tests.views_contrib_ratelimit.blocked", key="ip", rate="7/h",
         increment=True,
     )  # fmt: skip
-    store._policies.clear()  # as if this were another process
+    store.forget_policies()  # as if this were another process
     [row] = list_counters(Query(policy=policy_name("tests.views_contrib_ratelimit.blocked"))).rows
     assert (row.rate, row.limit, row.used) == ("7/h", 7, 1)
 

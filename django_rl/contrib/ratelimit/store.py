@@ -185,9 +185,14 @@ def known_policies() -> dict[str, list[Policy]]:
 add_policy_source(known_policies)
 
 
+def forget_policies() -> None:
+    """Forget the policies this process built (their state in Redis stays), e.g. between tests."""
+    with _lock:
+        _policies.clear()
+        _variant.cache_clear()
+
+
 @receiver(setting_changed)
 def _forget_policies(*, setting: str, **kwargs: object) -> None:
     if setting in ("CACHES", "DJANGO_RL"):
-        with _lock:
-            _policies.clear()
-            _variant.cache_clear()
+        forget_policies()
