@@ -225,6 +225,11 @@ def add_policy_source(source: PolicySource) -> None:
         _sources.append(source)
 
 
+def source_policies() -> dict[str, list[Policy]]:
+    """Return the policies of the sources (``add_policy_source``), by name."""
+    return _from_sources()
+
+
 def _from_sources() -> dict[str, list[Policy]]:
     found: dict[str, list[Policy]] = {}
     for source in _sources:
@@ -326,5 +331,6 @@ __all__ = [
     "policy_names",
     "register_policy",
     "registered_policies",
+    "source_policies",
     "unregister_policy",
 ]

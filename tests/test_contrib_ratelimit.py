@@ -8,7 +8,9 @@ settings, the middleware, and the time left against the Redis server's clock.
 
 from __future__ import annotations
 
+import io
 import math
+import re
 from functools import partial
 
 import pytest
@@ -883,3 +885,29 @@ def test_values_clients_send_are_hashed_in_keys(settings, redis_client, setting,
     keys = sorted(k.decode() for k in redis_client.keys("rl:@h:*"))
     identities = sorted(key.split("{")[1].split("}")[0] for key in keys)
     assert identities == sorted(["127.0.0.1", f"h:{digest(b'alice@example.com')}"])
+
+
+def test_manage_py_ratelimit_lists_inspects_and_resets_the_state(settings):
+    from django.core.management import call_command
+
+    from django_rl.inline import policy_name
+
+    settings.ROOT_URLCONF = "tests.urls_contrib_ratelimit"
+    for _ in range(3):
+        get_usage(rf.get("/"), group="cmd", key="ip", rate="2/m", increment=True)
+
+    def run(*args: str) -> str:
+        out = io.StringIO()
+        call_command("ratelimit", *args, stdout=out)
+        return out.getvalue()
+
+    name = policy_name("cmd")
+    [row] = [line for line in run("policies").splitlines() if line.startswith(f"{name} ")]
+    assert re.split(r"\s{2,}", row.strip()) == [
+        name, "fixed_window", "per rate", "2/m", "its own", "per rate",
+    ]  # fmt: skip
+    listed = [line for line in run("policies").splitlines() if line.startswith("@")]
+    assert any(policy_name("tests.views_contrib_ratelimit.blocked") in line for line in listed)
+    assert "127.0.0.1" in run("inspect", name, "127.0.0.1")
+    run("reset", name, "127.0.0.1")
+    assert get_usage(rf.get("/"), group="cmd", key="ip", rate="2/m")["count"] == 0
