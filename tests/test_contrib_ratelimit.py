@@ -688,7 +688,7 @@ def test_the_state_has_a_ttl_and_its_policys_keys(redis_client):
     is_ratelimited(rf.get("/"), group="keys", key="ip", rate="5/m", increment=True)
     keys = [k.decode() for k in redis_client.keys("rl:@keys:*")]
     assert len(keys) == 1
-    assert keys[0].startswith(f"rl:{policy_name('keys')}:{{127.0.0.1}}:")
+    assert keys[0].startswith(f"rl:{policy_name('keys')}:{{ip:127.0.0.1}}:")
     assert 0 < redis_client.pttl(keys[0]) <= 60_000
 
 
@@ -841,13 +841,13 @@ def test_the_live_counters_list_and_reset_the_state(settings):
     assert policy_name("tests.views_contrib_ratelimit.ClassView.ClassView.get") in policy_names()
     [row] = list_counters(Query(policy=name)).rows
     assert (row.identity, row.limit, row.used, row.rate, row.denied) == (
-        "127.0.0.1",
+        "ip:127.0.0.1",
         2,
         3,
         "2/m",
         True,
     )
-    assert sum(policy.reset("127.0.0.1") for policy in policies_named(name)) == 1
+    assert sum(policy.reset("ip:127.0.0.1") for policy in policies_named(name)) == 1
     assert get_usage(rf.get("/"), group="admin-seen", key="ip", rate="2/m")["count"] == 0
 
 
@@ -876,6 +876,7 @@ def test_another_process_finds_the_rates_in_the_catalogue(settings):
 )
 def test_values_clients_send_are_hashed_in_keys(settings, redis_client, setting, digest):
     """RATELIMIT_HASH_ALGORITHM: a username never stands in a Redis key; an address does."""
+    # (an address or a user as django_rl's own identities name them)
     if setting is not None:
         settings.RATELIMIT_HASH_ALGORITHM = setting
     request = rf.post("/", {"username": "alice@example.com"})
@@ -884,7 +885,7 @@ def test_values_clients_send_are_hashed_in_keys(settings, redis_client, setting,
     is_ratelimited(request, group="h", key="ip", rate="1/m", increment=True)
     keys = sorted(k.decode() for k in redis_client.keys("rl:@h:*"))
     identities = sorted(key.split("{")[1].split("}")[0] for key in keys)
-    assert identities == sorted(["127.0.0.1", f"h:{digest(b'alice@example.com')}"])
+    assert identities == sorted(["ip:127.0.0.1", f"h:{digest(b'alice@example.com')}"])
 
 
 def test_manage_py_ratelimit_lists_inspects_and_resets_the_state(settings):
@@ -908,6 +909,47 @@ def test_manage_py_ratelimit_lists_inspects_and_resets_the_state(settings):
     ]  # fmt: skip
     listed = [line for line in run("policies").splitlines() if line.startswith("@")]
     assert any(policy_name("tests.views_contrib_ratelimit.blocked") in line for line in listed)
-    assert "127.0.0.1" in run("inspect", name, "127.0.0.1")
-    run("reset", name, "127.0.0.1")
+    assert "ip:127.0.0.1" in run("inspect", name, "ip:127.0.0.1")
+    run("reset", name, "ip:127.0.0.1")
     assert get_usage(rf.get("/"), group="cmd", key="ip", rate="2/m")["count"] == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("target", "action", "rate", "expected"),
+    [
+        ("127.0.0.1", "exempt", "", [None, None, None]),
+        ("127.0.0.1", "block", "", [(0, 2, True), (0, 2, True), (0, 2, True)]),
+        ("127.0.0.0/24", "block", "", [(0, 2, True), (0, 2, True), (0, 2, True)]),
+        ("127.0.0.1", "rate", "1/h", [(1, 1, False), (2, 1, True), (3, 1, True)]),
+    ],
+)
+def test_overrides_set_in_the_admin_apply(target, action, rate, expected):
+    """As to any policy: an exemption, a block, a rate of the drop-in's group and value."""
+    import datetime
+
+    from django.utils import timezone
+
+    from django_rl.inline import policy_name
+    from django_rl.models import Override
+    from django_rl.overrides import LOADER, normalize_target
+
+    Override.objects.create(
+        policy=policy_name("overridden"),
+        identity=normalize_target(target),
+        action=action,
+        rate=rate,
+        expires_at=timezone.now() + datetime.timedelta(seconds=600),
+        reason="tests",
+    )
+    assert LOADER.load()
+    usages = [
+        get_usage(rf.get("/"), group="overridden", key="ip", rate="2/m", increment=True)
+        for _ in range(3)
+    ]
+    answers = [None if u is None else (u["count"], u["limit"], u["should_limit"]) for u in usages]
+    assert answers == expected
+    if action == "block":
+        assert 590 <= usages[0]["time_left"] <= 600
+    other = get_usage(rf.get("/", REMOTE_ADDR="10.0.0.2"), group="overridden", key="ip", rate="2/m")
+    assert (other["count"], other["limit"]) == (0, 2)  # another value: the call's own rate

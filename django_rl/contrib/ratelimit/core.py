@@ -29,6 +29,7 @@ from django_rl.contrib.ratelimit.rates import _PERIODS as _PERIODS
 from django_rl.contrib.ratelimit.rates import _split_rate as _split_rate
 from django_rl.contrib.ratelimit.rates import rate_for, to_rate
 from django_rl.contrib.ratelimit.rates import rate_re as rate_re
+from django_rl.overrides.rules import BLOCK, EXEMPT
 
 __all__ = ["get_usage", "is_ratelimited"]
 
@@ -105,12 +106,15 @@ def get_usage(
     seconds left in the window (rounded up). ``increment=False`` only reads.
 
     ``None``: ``RATELIMIT_ENABLE`` is False, the request's method is not one
-    of ``method``, the rate (or what a rate callable returns) is ``None``, or
+    of ``method``, the rate (or what a rate callable returns) is ``None``, an
+    override set in the admin exempts the key's value, or
     Redis cannot answer a call with ``increment=True`` and
     ``RATELIMIT_FAIL_OPEN`` is True. If it is False (the default): ``should_limit``
     True, ``count`` and ``limit`` 0, ``time_left`` -1. A read
     (``increment=False``) Redis cannot answer sees a count of 0, as the
-    original's failed cache read does.
+    original's failed cache read does. An override that blocks the value
+    answers ``should_limit`` True without counting; a rate override counts at
+    its rate (``limit`` and ``time_left`` are its).
 
     :param group: names the shared count; default: ``fn``'s dotted name.
     :param key: a callable ``(group, request)``, ``ip``, ``user``,
@@ -141,15 +145,17 @@ def get_usage(
         if not increment:
             # As the original's cache read: a count of 0, whatever RATELIMIT_FAIL_OPEN.
             left = limit.period_ms - int(time.time() * 1000) % limit.period_ms
-            usage = store.Usage(0, math.ceil(left / 1000))
+            usage = store.Usage(0, math.ceil(left / 1000), limit.limit)
         elif configured.fail_open:
             return None
         else:
             return dict(_FAILED)
+    if usage.override == EXEMPT:
+        return None  # an override set in the admin: no limit for this value
     return {
         "count": usage.count,
-        "limit": limit.limit,
-        "should_limit": usage.count > limit.limit,
+        "limit": usage.limit,
+        "should_limit": usage.override == BLOCK or usage.count > usage.limit,
         "time_left": usage.time_left,
     }
 

@@ -115,19 +115,37 @@ _ACCESSOR_KEYS: dict[str, Callable[[Any, str], str]] = {
 }
 
 
+def _user_or_ip_identity(request: Any) -> str:
+    if request.user.is_authenticated:
+        return f"user:{request.user.pk}"
+    return f"ip:{_get_ip(request)}"
+
+
+#: The identities of the keys that are a name alone: their values, named as
+#: django_rl's own identities name them.
+_IDENTITIES: dict[str, Callable[[Any], str]] = {
+    "ip": lambda request: f"ip:{_get_ip(request)}",
+    "user": lambda request: f"user:{_user(request)}",
+    "user_or_ip": _user_or_ip_identity,
+}
+
+
 def counted_as(group: str, request: Any, key: object) -> str:
     """Return the identity ``request`` is counted as within ``group``: its key's value.
 
-    The value of ``ip``, ``user`` and ``user_or_ip`` as it is (an address or a
-    primary key, as django_rl's own identities); any other value (a header, a
-    parameter, a form field such as a username, a callable's) as its digest by
-    ``RATELIMIT_HASH_ALGORITHM`` (``h:<hex>``), so what clients send never
-    stands in Redis keys, as the original's keys hash it. Equal values give
-    equal identities either way.
+    The values of ``ip``, ``user`` and ``user_or_ip`` as django_rl's own
+    identities write them (``ip:203.0.113.9``, ``user:42``), so overrides set
+    in the admin name them alike (an address, a network, a user); any other
+    value (a header, a parameter, a form field such as a username, a
+    callable's) as its digest by ``RATELIMIT_HASH_ALGORITHM`` (``h:<hex>``),
+    so what clients send never stands in Redis keys, as the original's keys
+    hash it. Equal values of the same kind give equal identities.
     """
+    if isinstance(key, str):
+        identity = _IDENTITIES.get(key)
+        if identity is not None:
+            return identity(request)
     value = key_value(group, request, key)
-    if isinstance(key, str) and key in _SIMPLE_KEYS:
-        return value
     hashed = get_ratelimit_settings().hash_algorithm(value.encode("utf-8", "surrogateescape"))
     return f"h:{hashed.hexdigest()}"
 

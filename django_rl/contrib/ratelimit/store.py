@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.exceptions import RedisError
 
+from django_rl.algorithms import ParameterError
 from django_rl.algorithms.base import read_now
 from django_rl.algorithms.fixed_window import FixedWindow
 from django_rl.backends import RedisNode, get_backend
@@ -46,9 +48,11 @@ from django_rl.conf import get_settings
 from django_rl.contrib.ratelimit.conf import get_ratelimit_settings
 from django_rl.contrib.ratelimit.discovery import url_groups
 from django_rl.inline import policy_name
+from django_rl.overrides.loader import rules_for
+from django_rl.overrides.rules import BLOCK, EXEMPT
 from django_rl.plans import PlanRates, Variant, make_variant
 from django_rl.policies import Policy, add_policy_source
-from django_rl.rates import MAX_COUNT, Rate, parse_rate
+from django_rl.rates import MAX_COUNT, Rate, RateError, parse_rate
 
 #: What joins the keys' fingerprint of the drop-in's policies, with the methods.
 TAG = "django-ratelimit"
@@ -56,10 +60,18 @@ TAG = "django-ratelimit"
 
 @dataclass(frozen=True)
 class Usage:
-    """A key's count in its window, and the seconds left in the window (rounded up)."""
+    """A key's count in its window, the seconds left in it (rounded up), and its limit.
+
+    :ivar override: the action of an override set in the admin (``overrides/``)
+        that decided instead of the count: ``"exempt"`` (no limit applies) or
+        ``"block"`` (limited until it expires, ``time_left``; ``count`` 0);
+        ``""`` when none did. A rate override changes ``limit`` and the window.
+    """
 
     count: int
     time_left: int
+    limit: int
+    override: str = ""
 
 
 def _no_rate_function(request: Any) -> object:
@@ -148,10 +160,19 @@ def count(group: str, methods: str, rate: Rate, value: str, increment: bool) -> 
     """Count a call (``increment``) or read the count of ``value``; ``None`` if Redis cannot answer.
 
     One round trip (plus, once per rate, process and day, the rate's entry in
-    the catalogue).
+    the catalogue). An override of ``value`` set in the admin applies first,
+    as to any policy: an exemption or a block is answered without Redis, a
+    rate override counts at its rate.
     """
     policy = policy_for(group, methods)
     variant = _variant(policy, rate)
+    rules = rules_for(policy.name)
+    if rules is not None and (rule := rules.match(value)) is not None:
+        if rule.action == EXEMPT:
+            return Usage(0, 0, rate.limit, EXEMPT)
+        if rule.action == BLOCK:
+            return Usage(0, math.ceil(rule.retry_after(time.time())), rate.limit, BLOCK)
+        variant, rate = _override(policy, rule.rate, variant, rate)
     key = policy.variant_key(variant, value)
     try:
         if increment:
@@ -162,7 +183,18 @@ def count(group: str, methods: str, rate: Rate, value: str, increment: bool) -> 
         return None  # the node logged the outage or incident, once
     if increment:
         policy.note_rate(variant)
-    return Usage(used, math.ceil(left_ms / 1000))
+    return Usage(used, math.ceil(left_ms / 1000), rate.limit)
+
+
+def _override(policy: Policy, text: str, variant: Variant, rate: Rate) -> tuple[Variant, Rate]:
+    """Return the variant and rate of a rate override; the call's own if it cannot apply."""
+    try:
+        found = policy.override_variant(text)
+    except (RateError, ParameterError, TypeError):
+        return variant, rate  # logged by the policy's own decisions; the call's rate decides
+    if not isinstance(found.algorithm, FixedWindow):
+        return variant, rate
+    return found, found.algorithm.rate
 
 
 def known_policies() -> dict[str, list[Policy]]:
