@@ -78,7 +78,7 @@ def _no_rate_function(request: Any) -> object:
     raise TypeError("the django-ratelimit drop-in picks its policies' rates itself")
 
 
-def _build_policy(group: str, methods: str, alias: str, fail_open: bool, prefix: str) -> Policy:
+def _build_policy(group: str, methods: str, alias: str, prefix: str) -> Policy:
     name = policy_name(group)
     extra = f"{TAG} methods {methods or 'ALL'}"
 
@@ -95,7 +95,8 @@ def _build_policy(group: str, methods: str, alias: str, fail_open: bool, prefix:
         lambda request: None,  # the drop-in identifies requests by its keys
         get_backend(alias),
         key_prefix=prefix,
-        fail_open=fail_open,
+        # Unused by the drop-in's calls: get_usage follows RATELIMIT_FAIL_OPEN.
+        fail_open=False,
         denials=None,  # every call is counted, denied ones too
         rates=PlanRates(_no_rate_function, f"the rate of {TAG}'s @ratelimit", build),
         extra=extra,
@@ -103,7 +104,7 @@ def _build_policy(group: str, methods: str, alias: str, fail_open: bool, prefix:
     )
 
 
-_policies: dict[tuple[str, str, str, bool, str], Policy] = {}
+_policies: dict[tuple[str, str, str, str], Policy] = {}
 _lock = threading.Lock()
 
 
@@ -112,10 +113,9 @@ def policy_for(group: str, methods: str) -> Policy:
 
     :raises InvalidCacheBackendError: if ``RATELIMIT_USE_CACHE`` names no cache.
     """
-    configured = get_ratelimit_settings()
-    alias, fail_open = configured.use_cache, configured.fail_open
+    alias = get_ratelimit_settings().use_cache
     prefix = get_settings().key_prefix
-    found = _policies.get((group, methods, alias, fail_open, prefix))
+    found = _policies.get((group, methods, alias, prefix))
     if found is not None:
         return found
     if alias not in settings.CACHES:
@@ -124,8 +124,7 @@ def policy_for(group: str, methods: str) -> Policy:
         )
     with _lock:
         return _policies.setdefault(
-            (group, methods, alias, fail_open, prefix),
-            _build_policy(group, methods, alias, fail_open, prefix),
+            (group, methods, alias, prefix), _build_policy(group, methods, alias, prefix)
         )
 
 
