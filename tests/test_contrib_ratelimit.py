@@ -953,3 +953,13 @@ def test_overrides_set_in_the_admin_apply(target, action, rate, expected):
         assert 590 <= usages[0]["time_left"] <= 600
     other = get_usage(rf.get("/", REMOTE_ADDR="10.0.0.2"), group="overridden", key="ip", rate="2/m")
     assert (other["count"], other["limit"]) == (0, 2)  # another value: the call's own rate
+
+
+def test_the_drop_in_may_replace_django_ratelimit_in_installed_apps(settings):
+    """A project that replaces the name everywhere, INSTALLED_APPS included, still starts."""
+    from django.apps import apps
+    from django.core.checks import run_checks
+
+    settings.INSTALLED_APPS = [*settings.INSTALLED_APPS, "django_rl.contrib.ratelimit"]
+    assert apps.get_app_config("ratelimit").name == "django_rl.contrib.ratelimit"
+    assert [m for m in run_checks() if m.level >= 30] == []
