@@ -1,6 +1,7 @@
 """The django-ratelimit drop-in is exact under load: 16 threads and 4 processes on one key.
 
-As tests/test_exactness.py does for django_rl's policies: every round, all
+As tests/test_exactness.py does for django_rl's policies, on every topology
+(one server, a Redis Cluster, Sentinel): every round, all
 20 workers call ``is_ratelimited(increment=True)`` for a fresh key of a
 100/h limit together, far more often than it allows. Exactly 100 calls must
 be allowed each round, and ``get_usage`` must count every call, denied ones
@@ -21,7 +22,6 @@ from django_rl.contrib.ratelimit import store
 from django_rl.contrib.ratelimit.core import get_usage
 from tests import figures
 from tests.conftest import start_of_fresh_window
-from tests.redis_server import caches_for
 from tests.workers_ratelimit import GROUP, RATE, hit, serve_rounds
 
 pytestmark = pytest.mark.slow
@@ -35,12 +35,12 @@ PROCESS_ATTEMPTS = 40
 
 
 @pytest.fixture(scope="module")
-def pool(redis_server):
+def pool(topology):
     context = multiprocessing.get_context("spawn")
     start = context.Barrier(THREADS + PROCESSES)
     results = context.Queue()
     tasks = [context.Queue() for _ in range(PROCESSES)]
-    caches = caches_for(redis_server.url)
+    caches = topology.caches()
     children = [
         context.Process(target=serve_rounds, args=(caches, q, results, start)) for q in tasks
     ]
@@ -84,12 +84,14 @@ def play_round(pool, identity: str) -> tuple[int, bool]:
     return sum(allowed) + sum(report[0] for report in reports), overlapped
 
 
-def test_every_round_admits_exactly_the_limit_and_counts_every_call(request, redis_client, pool):
+def test_every_round_admits_exactly_the_limit_and_counts_every_call(
+    request, topology, keyspace, pool
+):
     hit("warm-up")
     attempts = THREADS * THREAD_ATTEMPTS + PROCESSES * PROCESS_ATTEMPTS
     totals, overlapped = [], 0
     for round_ in range(ROUNDS):
-        start_of_fresh_window(redis_client, 3_600_000, min_left_ms=5_000)
+        start_of_fresh_window(keyspace, 3_600_000, min_left_ms=5_000)
         identity = f"client-{round_}"
         total, at_once = play_round(pool, identity)
         totals.append(total)
@@ -101,7 +103,7 @@ def test_every_round_admits_exactly_the_limit_and_counts_every_call(request, red
         request.config,
         f"exactness under load ({THREADS} threads x {THREAD_ATTEMPTS} + {PROCESSES} processes "
         f"x {PROCESS_ATTEMPTS} attempts a round, limit {LIMIT})",
-        f"single   django-ratelimit drop-in: {ROUNDS} rounds, admitted per round: "
+        f"{topology.name:<8} django-ratelimit drop-in: {ROUNDS} rounds, admitted per round: "
         + ", ".join(f"{total} x{n}" for total, n in sorted(Counter(totals).items()))
         + f" (expected {LIMIT}); processes and threads overlapped in {overlapped}/{ROUNDS} rounds",
     )
