@@ -107,14 +107,13 @@ def get_usage(
 
     ``None``: ``RATELIMIT_ENABLE`` is False, the request's method is not one
     of ``method``, the rate (or what a rate callable returns) is ``None``, an
-    override set in the admin exempts the key's value, or
-    Redis cannot answer a call with ``increment=True`` and
-    ``RATELIMIT_FAIL_OPEN`` is True. If it is False (the default): ``should_limit``
-    True, ``count`` and ``limit`` 0, ``time_left`` -1. A read
-    (``increment=False``) Redis cannot answer sees a count of 0, as the
-    original's failed cache read does. An override that blocks the value
-    answers ``should_limit`` True without counting; a rate override counts at
-    its rate (``limit`` and ``time_left`` are its).
+    override set in the admin exempts the key's value, or Redis cannot answer
+    a call with ``increment=True`` and ``RATELIMIT_FAIL_OPEN`` is True. If it
+    is False (the default): ``should_limit`` True, ``count`` and ``limit`` 0,
+    ``time_left`` -1. A read (``increment=False``) Redis cannot answer sees a
+    count of 0, as the original's failed cache read does. An override that
+    blocks the value answers ``should_limit`` True without counting; a rate
+    override counts at its rate (``limit`` and ``time_left`` are its).
 
     :param group: names the shared count; default: ``fn``'s dotted name.
     :param key: a callable ``(group, request)``, ``ip``, ``user``,
@@ -139,8 +138,8 @@ def get_usage(
     if found is None:
         return None
     limit = to_rate(found)
-    value = counted_as(group, request, key)
-    usage = store.count(group, _methods_text(method), limit, value, increment)
+    identity = counted_as(group, request, key)
+    usage = store.count(group, _methods_text(method), limit, identity, increment)
     if usage is None:  # Redis could not answer
         if not increment:
             # As the original's cache read: a count of 0, whatever RATELIMIT_FAIL_OPEN.
