@@ -72,6 +72,7 @@ bench: $(BENCH_STAMP)
 	scripts/ensure-system-packages.sh $(BENCH_SYSTEM_PACKAGES)
 	$(BENCH_VENV)/bin/python -m bench.decisions $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python -m bench.endtoend $(BENCH_ARGS)
+	$(BENCH_VENV)/bin/python -m bench.dropin_ratelimit $(BENCH_ARGS)
 
 $(BENCH_STAMP): setup.cfg pyproject.toml
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -213,6 +213,32 @@ def inline_policy(spec: InlineSpec) -> Policy:
     )
 
 
+#: A source of policies besides settings, code and the URLconf: a drop-in
+#: (``contrib.ratelimit``) whose policies are made by its own calls. It returns
+#: the policies it knows, by name; names are inline ones (``@group``).
+PolicySource = Callable[[], Mapping[str, list[Policy]]]
+_sources: list[PolicySource] = []
+
+
+def add_policy_source(source: PolicySource) -> None:
+    """Let the admin, ``manage.py ratelimit`` and reset see the policies ``source`` knows."""
+    if source not in _sources:
+        _sources.append(source)
+
+
+def source_policies() -> dict[str, list[Policy]]:
+    """Return the policies of the sources (``add_policy_source``), by name."""
+    return _from_sources()
+
+
+def _from_sources() -> dict[str, list[Policy]]:
+    found: dict[str, list[Policy]] = {}
+    for source in _sources:
+        for name, policies in source().items():
+            found.setdefault(name, []).extend(policies)
+    return found
+
+
 def policies_named(name: str, *, strict: bool = True) -> list[Policy]:
     """Return the policies that keep state under ``name``.
 
@@ -239,6 +265,7 @@ def policies_named(name: str, *, strict: bool = True) -> list[Policy]:
         except ConfigurationError:
             if strict:
                 raise
+    found += _from_sources().get(name, [])
     if not found and strict:
         raise UnknownPolicy(
             f"No inline policy named {name!r}",
@@ -250,7 +277,7 @@ def policies_named(name: str, *, strict: bool = True) -> list[Policy]:
 def policy_names() -> list[str]:
     """Return the name of every policy: in settings, in code, then inline ones."""
     named = sorted({*get_settings().policies, *registered_policies()})
-    inline = sorted({spec.name for spec in url_specs()} - set(named))
+    inline = sorted({*(spec.name for spec in url_specs()), *_from_sources()} - set(named))
     return named + inline
 
 
@@ -294,6 +321,8 @@ def _forget_policies(*, setting: str, **kwargs: object) -> None:
 __all__ = [
     "DEGRADED_RETRY_AFTER",
     "Policy",
+    "PolicySource",
+    "add_policy_source",
     "all_policies",
     "build_policy",
     "get_policy",
@@ -303,5 +332,6 @@ __all__ = [
     "policy_names",
     "register_policy",
     "registered_policies",
+    "source_policies",
     "unregister_policy",
 ]

@@ -458,6 +458,16 @@ class Policy:
                 found[fingerprint] = variant
         return list(found.values())
 
+    def note_rate(self, variant: Variant) -> None:
+        """Record ``variant``'s rate in the rate catalogue when it is due (per-plan policies).
+
+        For callers that count through ``backend.run`` themselves (the
+        django-ratelimit drop-in), so that other processes (the admin,
+        ``manage.py ratelimit``) can read their state as :meth:`hit` leaves it.
+        """
+        if self.rates is not None and self.rates.due(variant):
+            self._record_rate(variant)
+
     def _record_rate(self, variant: Variant) -> None:
         assert self.rates is not None
         key = catalogue_key(self.key_prefix, self.name)

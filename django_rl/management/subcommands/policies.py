@@ -1,4 +1,4 @@
-"""``ratelimit policies``: every policy (settings, code, inline), as a table."""
+"""``ratelimit policies``: every policy (settings, code, inline, drop-ins), as a table."""
 
 from __future__ import annotations
 
@@ -12,11 +12,18 @@ from django_rl.exceptions import ConfigurationError
 from django_rl.inline import url_specs
 from django_rl.management.subcommands.output import table
 from django_rl.plans import function_label
-from django_rl.policies import Policy, get_policy, inline_policy, registered_policies
+from django_rl.policies import (
+    Policy,
+    get_policy,
+    inline_policy,
+    registered_policies,
+    source_policies,
+)
 
 HELP = (
-    "List the policies (of settings, of register_policy, and inline ones of the URLconf's "
-    "views): algorithm, limit, rate, identity, key fingerprint."
+    "List the policies (of settings, of register_policy, inline ones of the URLconf's "
+    "views, and the django-ratelimit drop-in's): algorithm, limit, rate, identity, key "
+    "fingerprint."
 )
 
 
@@ -39,6 +46,11 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
             rows.append(_row(inline_policy(spec), spec.policy_spec()))
         except ConfigurationError as exc:
             rows.append([spec.name, "invalid", "", "", "", str(exc)])
+    # The drop-ins' (contrib/ratelimit): a rate per call, each its own state.
+    for name, found in sorted(source_policies().items()):
+        for policy in found:
+            rates = ", ".join(sorted(v.rate for v in policy.variants())) or "per call"
+            rows.append([name, "fixed_window", "per rate", rates, "its own", "per rate"])
     command.stdout.write(
         f"KEY_PREFIX {settings.key_prefix!r}, CONNECTION {settings.connection!r}, "
         f"FAIL_OPEN {settings.fail_open}"

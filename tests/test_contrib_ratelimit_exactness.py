@@ -1,0 +1,112 @@
+"""The django-ratelimit drop-in is exact under load: 16 threads and 4 processes on one key.
+
+As tests/test_exactness.py does for django_rl's policies, on every topology
+(one server, a Redis Cluster, Sentinel): every round, all
+20 workers call ``is_ratelimited(increment=True)`` for a fresh key of a
+100/h limit together, far more often than it allows. Exactly 100 calls must
+be allowed each round, and ``get_usage`` must count every call, denied ones
+included (django-ratelimit's counting): 480 a round.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from collections import Counter
+
+import pytest
+from django.test import RequestFactory
+
+from django_rl.contrib.ratelimit import store
+from django_rl.contrib.ratelimit.core import get_usage
+from tests import figures
+from tests.conftest import start_of_fresh_window
+from tests.workers_ratelimit import GROUP, RATE, hit, serve_rounds
+
+pytestmark = pytest.mark.slow
+
+LIMIT = 100
+ROUNDS = 10
+THREADS = 16
+PROCESSES = 4
+THREAD_ATTEMPTS = 20
+PROCESS_ATTEMPTS = 40
+
+
+@pytest.fixture(scope="module")
+def pool(topology):
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(THREADS + PROCESSES)
+    results = context.Queue()
+    tasks = [context.Queue() for _ in range(PROCESSES)]
+    caches = topology.caches()
+    children = [
+        context.Process(target=serve_rounds, args=(caches, q, results, start)) for q in tasks
+    ]
+    for child in children:
+        child.start()
+    try:
+        assert [results.get(timeout=60) for _ in children] == ["ready"] * PROCESSES
+        yield tasks, results, start
+    finally:
+        for q in tasks:
+            q.put(None)
+        for child in children:
+            child.join(30)
+            if child.is_alive():
+                child.kill()
+                child.join()
+    assert [child.exitcode for child in children] == [0] * PROCESSES
+
+
+def play_round(pool, identity: str) -> tuple[int, bool]:
+    tasks, results, start = pool
+    for q in tasks:
+        q.put((identity, PROCESS_ATTEMPTS))
+    allowed = [0] * THREADS
+    spans = [(0.0, 0.0)] * THREADS
+
+    def worker(index: int) -> None:
+        start.wait(60)
+        began = time.time()
+        allowed[index] = sum(hit(identity) for _ in range(THREAD_ATTEMPTS))
+        spans[index] = (began, time.time())
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    reports = [results.get(timeout=60) for _ in tasks]
+    began, ended = min(s[0] for s in spans), max(s[1] for s in spans)
+    overlapped = all(b < ended and began < e for _, b, e in reports)
+    return sum(allowed) + sum(report[0] for report in reports), overlapped
+
+
+def test_every_round_admits_exactly_the_limit_and_counts_every_call(
+    request, topology, keyspace, pool
+):
+    hit("warm-up")
+    attempts = THREADS * THREAD_ATTEMPTS + PROCESSES * PROCESS_ATTEMPTS
+    totals, overlapped = [], 0
+    for round_ in range(ROUNDS):
+        start_of_fresh_window(keyspace, 3_600_000, min_left_ms=5_000)
+        identity = f"client-{round_}"
+        total, at_once = play_round(pool, identity)
+        totals.append(total)
+        overlapped += at_once
+        look = RequestFactory().get("/", HTTP_X_CLIENT=identity)
+        usage = get_usage(look, group=GROUP, key="header:x-client", rate=RATE)
+        assert (usage["count"], usage["should_limit"]) == (attempts, True)
+    figures.record(
+        request.config,
+        f"exactness under load ({THREADS} threads x {THREAD_ATTEMPTS} + {PROCESSES} processes "
+        f"x {PROCESS_ATTEMPTS} attempts a round, limit {LIMIT})",
+        f"{topology.name:<8} django-ratelimit drop-in: {ROUNDS} rounds, admitted per round: "
+        + ", ".join(f"{total} x{n}" for total, n in sorted(Counter(totals).items()))
+        + f" (expected {LIMIT}); processes and threads overlapped in {overlapped}/{ROUNDS} rounds",
+    )
+    store.forget_policies()  # not listed by the admin in later tests
+    assert totals == [LIMIT] * ROUNDS
+    assert overlapped >= ROUNDS // 2
