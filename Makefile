@@ -8,7 +8,7 @@
 # make demo: the example site on 127.0.0.1:8000 with its own Redis (or REDIS_URL).
 # make bench-admin: time the admin's live counters with 1,000,000 keys in Redis.
 # make bench-scaling: commands, bytes and server CPU per decision (docs/scaling.md).
-# make screenshot: retake docs/admin-live-counters.png with the browser test.
+# make screenshot: retake docs/admin-live-counters.png and docs/admin-charts.png with the browser test.
 # make bench: the benchmarks (docs/performance.md), in their own .venv-bench
 # with the peers installed; they start and stop their own redis-server,
 # gunicorn and wrk.

@@ -26,7 +26,7 @@ else:  # ModelAdmin is generic only in django-stubs
 
 @admin.register(LiveCounter)
 class LiveCounterAdmin(ModelAdmin):
-    """Serves the page, its JSON and its reset instead of a change list.
+    """Serves the page, its JSON, its charts' JSON and its reset instead of a change list.
 
     Viewing needs ``django_rl.view_livecounter``, resetting
     ``django_rl.reset_livecounter`` (superusers have both); the admin site
@@ -40,6 +40,7 @@ class LiveCounterAdmin(ModelAdmin):
         return [
             path("", wrap(self.changelist_view), name=f"{name}_changelist"),
             path("data/", wrap(self.data_view), name=f"{name}_data"),
+            path("charts/", wrap(self.charts_view), name=f"{name}_charts"),
             path("reset/", wrap(self.reset_view), name=f"{name}_reset"),
         ]
 
@@ -63,6 +64,9 @@ class LiveCounterAdmin(ModelAdmin):
 
     def data_view(self, request: HttpRequest) -> HttpResponse:
         return admin_views.data(self, request)
+
+    def charts_view(self, request: HttpRequest) -> HttpResponse:
+        return admin_views.charts(self, request)
 
     def reset_view(self, request: HttpRequest) -> HttpResponse:
         return admin_views.reset(self, request)

@@ -24,6 +24,7 @@ from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from django_rl.admin_forms import QueryForm, ResetForm
 from django_rl.exceptions import BackendError, ConfigurationError, UnknownPolicy
@@ -36,6 +37,7 @@ from django_rl.inspection import (
     operator_identity,
     reset_everywhere,
 )
+from django_rl.observability.history import read as read_history
 from django_rl.policies import policies_named, policy_names
 
 if TYPE_CHECKING:
@@ -60,6 +62,7 @@ def page(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
         "error": error,
         "policy_names": _policy_names(),
         "data_url": f"{_url(model_admin, 'data')}?{form.filters()}",
+        "history_url": _url(model_admin, "charts"),
         "reset_url": _url(model_admin, "reset"),
         "poll_interval_ms": POLL_INTERVAL_MS,
         "updated": timezone.now(),
@@ -98,6 +101,26 @@ def data(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
             "fallback": fallback,
         }
     )
+
+
+def charts(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
+    """Return the last hour per policy as JSON, for the charts (``observability/history.py``).
+
+    ``{"minutes": [...], "policies": {name: {"allowed": [...], "denied": [...],
+    "shadow_denied": [...], "top": [[identity, denials], ...]}}, "updated": ...}``:
+    every policy with decisions in the hour (the drop-ins' too). Redis that
+    cannot be read answers 503 with ``{"error": ...}``.
+    """
+    if not model_admin.has_view_permission(request):
+        return JsonResponse({"error": "You may not view the live counters."}, status=403)
+    try:
+        answer = read_history()
+    except RedisError as exc:
+        return JsonResponse({"error": f"Redis could not be read: {exc}"}, status=503)
+    except ConfigurationError as exc:
+        message = f"The rate-limit settings are invalid ({exc}); run manage.py check."
+        return JsonResponse({"error": message}, status=500)
+    return JsonResponse({**answer, "updated": timezone.now().isoformat()})
 
 
 def reset(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:

@@ -24,6 +24,7 @@ from django_rl.fallback import LocalFallback
 from django_rl.identities import IdentityFunction
 from django_rl.keys import safe_identity
 from django_rl.observability.denials import report_denial
+from django_rl.observability.history import record as record_history
 from django_rl.observability.metrics import count_decision, count_deny_cache_answer, metrics
 from django_rl.overrides.loader import rules_for
 from django_rl.overrides.rules import BLOCK, EXEMPT, Rule
@@ -260,6 +261,7 @@ class Policy:
         if self.shadow:
             decision = replace(decision, shadow=True)
         count_decision(self.name, decision)
+        record_history(self.name, decision, identity)
         return decision
 
     def _hit_identity(self, identity: str, cost: int = 1, *, request: Any = None) -> Decision:
@@ -497,6 +499,7 @@ class Policy:
         if self.shadow:
             decision = replace(decision, shadow=True)
         count_decision(self.name, decision)
+        record_history(self.name, decision, identity)
         if not decision.allowed:
             report_denial(request, self.name, identity, decision)
         return decision

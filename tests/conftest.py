@@ -13,6 +13,7 @@ from django.test import override_settings
 
 from django_rl.deny_cache import get_deny_cache
 from django_rl.fallback import get_fallback_store
+from django_rl.observability.history import RECORDER
 from django_rl.overrides import LOADER
 from tests import figures, servers
 from tests.redis_server import RedisServer, caches_for
@@ -43,6 +44,9 @@ def _overrides_load_when_asked() -> None:
     processes the tests spawn run it as a deployment does.
     """
     LOADER.autostart = False
+    # The same for the history's flushing thread: the tests of history
+    # flush by hand (``history.flush()``) or start it.
+    RECORDER.autostart = False
 
 
 @pytest.fixture(autouse=True)
@@ -180,6 +184,8 @@ def _empty_redis(redis_server: RedisServer) -> None:
         denials.clear()
     # As are local counts and episodes of an earlier test's outage.
     get_fallback_store().clear()
+    # And counts of history an earlier test made, not yet written.
+    RECORDER.discard()
 
 
 def server_ms(client: redis.Redis) -> int:

@@ -3,13 +3,15 @@
 ``make test`` installs the ``chromium`` package when it is missing, so these
 tests run everywhere the suite runs; they are never skipped. Set
 ``DJANGO_RL_SCREENSHOT=docs/admin-live-counters.png`` to also write the
-page's screenshot where the docs show it (``make screenshot``).
+page's screenshot where the docs show it, and the charts' beside it as
+``docs/admin-charts.png`` (``make screenshot``).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 from django_rl import admin_views, get_policy
 from django_rl.keys import safe_identity
+from django_rl.observability import history
 from tests.conftest import start_of_fresh_window
 from tests.redis_server import caches_for, free_port
 
@@ -42,6 +45,9 @@ PAGE = "/admin/django_rl/livecounter/"
 POLL_MS = 300
 IDENTITY = "ip:203.0.113.77"
 KEY_WITH_SPACES = "x-api-key:Bearer 9f86d081"  # digested in keys
+KINDS = ("allowed", "denied", "shadow_denied")
+#: The charts' screenshot, written beside the page's (``make screenshot``).
+CHARTS_SHOT = "admin-charts.png"
 
 pytestmark = pytest.mark.slow
 
@@ -185,6 +191,48 @@ def test_staff_without_the_permission_get_403(page, django_user_model):
     assert response is not None and response.status == 403
 
 
+def with_shadow_policy(config: dict) -> dict:
+    """Return ``config`` with ``preview``, a policy in shadow mode (2 an hour per address)."""
+    preview = {"algorithm": "fixed_window", "rate": "2/h", "key": "ip", "mode": "shadow"}
+    return {**config, "POLICIES": {**config["POLICIES"], "preview": preview}}
+
+
+def test_the_charts_show_the_known_counts_and_follow_new_ones(page, admin_user, settings):
+    settings.DJANGO_RL = with_shadow_policy(settings.DJANGO_RL)
+    for _ in range(7):
+        get_policy("login").hit(IDENTITY)  # 5 allowed, 2 denied
+    for _ in range(5):
+        get_policy("preview").hit(IDENTITY)  # 2 allowed, 3 shadow-denied
+    assert history.flush() is True
+    log_in(page, "admin", "password")
+    page.goto(PAGE)
+
+    def hour(policy: str, kind: str) -> str:
+        return f'figure[data-policy="{policy}"] tr[data-kind="{kind}"] td[data-rl="hour"]'
+
+    page.wait_for_selector('figure[data-policy="login"]')
+    figures = page.eval_on_selector_all("figure.rl-chart", "all => all.map(f => f.dataset.policy)")
+    assert figures == ["login", "preview"]
+    assert [page.inner_text(hour("login", k)) for k in KINDS] == ["5", "2", "0"]
+    assert [page.inner_text(hour("preview", k)) for k in KINDS] == ["2", "0", "3"]
+    label = page.get_attribute('figure[data-policy="login"] svg', "aria-label")
+    assert label.startswith("login, last hour: 5 allowed, 2 denied, 0 shadow-denied;")
+    top = page.inner_text(f'figure[data-policy="preview"] li[data-identity="{IDENTITY}"]')
+    assert top == f"{IDENTITY} 3"
+
+    page.evaluate("window.notReloaded = true")
+    for _ in range(2):
+        get_policy("login").hit(IDENTITY)
+    assert history.flush() is True
+    page.wait_for_function(
+        "(s) => document.querySelector(s).textContent === '4'", arg=hour("login", "denied")
+    )
+    assert page.inner_text(f'figure[data-policy="login"] li[data-identity="{IDENTITY}"]') == (
+        f"{IDENTITY} 4"
+    )
+    assert page.evaluate("window.notReloaded") is True
+
+
 def fill_for_screenshot(redis_client) -> None:
     """Make the kinds of rows an operator meets: denied, heavy, digested, stale, unconfigured."""
     for _ in range(5):
@@ -200,6 +248,27 @@ def fill_for_screenshot(redis_client) -> None:
     redis_client.set("rl:login:{ip:198.51.100.4}:0badc0de", 3, px=1_500_000)
     redis_client.zadd("rl:export:{user:42}:1f2e3d4c", {"1000": 1}, nx=True)
     redis_client.pexpire("rl:export:{user:42}:1f2e3d4c", 600_000)
+    fill_history()
+
+
+def fill_history() -> None:
+    """Write 45 minutes of made-up history (the charts of an hour of traffic), then the real."""
+    now = int(time.time()) // 60
+    counts: dict[tuple[str, int, str], int] = {}
+    for minute in range(now - 45, now):
+        wave = minute % 15
+        counts[("login", minute, "a")] = 6 + (minute * 7) % 5
+        counts[("login", minute, "d")] = 4 + wave % 5 if 4 <= wave <= 8 else 0
+        counts[("api", minute, "a")] = 30 + (minute * 13) % 17 + 2 * wave
+        counts[("api", minute, "d")] = (minute * 3) % 4
+        counts[("preview", minute, "a")] = 12 + (minute * 5) % 7
+        counts[("preview", minute, "s")] = 2 + wave // 3
+    assert history.write(counts, {}) == set()
+    for _ in range(4):
+        get_policy("preview").hit("ip:192.0.2.10")
+    for _ in range(3):
+        get_policy("preview").hit("ip:198.51.100.23")
+    assert history.flush() is True
 
 
 def background(page: Page, selector: str) -> tuple[str, str]:
@@ -221,8 +290,9 @@ def background(page: Page, selector: str) -> tuple[str, str]:
 
 
 def test_screenshot_and_the_admin_themes(
-    browser, live_server, admin_client, redis_client, tmp_path, fresh_minute
+    browser, live_server, admin_client, redis_client, tmp_path, fresh_minute, settings
 ):
+    settings.DJANGO_RL = with_shadow_policy(settings.DJANGO_RL)
     fill_for_screenshot(redis_client)
     cookie = admin_client.cookies["sessionid"].value
     colours = {}
@@ -244,13 +314,18 @@ def test_screenshot_and_the_admin_themes(
             wanted, got = background(page, denied)
             assert wanted == got  # the page paints with the admin's own variable
             colours[scheme] = got
+            page.wait_for_selector('figure[data-policy="preview"] li[data-identity]')
             if scheme == "light":
                 shot = tmp_path / "live-counters.png"
                 page.screenshot(path=str(shot), full_page=True)
                 assert shot.stat().st_size > 10_000
+                charts = tmp_path / "charts.png"
+                page.locator("[data-rl=history]").screenshot(path=str(charts))
+                assert charts.stat().st_size > 10_000
                 target = os.environ.get("DJANGO_RL_SCREENSHOT")
                 if target:
                     shutil.copyfile(shot, Path(target))
+                    shutil.copyfile(charts, Path(target).with_name(CHARTS_SHOT))
         finally:
             page.context.close()
     assert colours["light"] != colours["dark"]  # the dark theme applies

@@ -100,9 +100,9 @@ def test_operator_identity_takes_digests_as_they_are_and_raw_identities_raw():
 
 
 def test_patterns_stay_under_the_prefix():
-    assert match_pattern("rl") == "rl:*"
+    assert match_pattern("rl") == "rl:[^~]*"
     assert match_pattern("rl", "login") == "rl:login:*"
-    assert match_pattern("rl", None, "ip:10.") == "rl:*:{ip:10.*"
+    assert match_pattern("rl", None, "ip:10.") == "rl:[^~]*:{ip:10.*"
     assert match_pattern("rl", "login", "user:~ab") == "rl:login:{user:~ab*"
     for bad in ("ip:*", "ip:[a]", "ip:?", "ip\\", "a b", "{"):
         with pytest.raises(ValueError, match="identities in keys have only"):

@@ -127,9 +127,13 @@ def match_pattern(prefix: str, policy: str | None = None, identity_prefix: str =
     """
     check_filters(policy, identity_prefix)
     # None of the characters check_filters allows is special in a glob pattern.
-    policy_part = policy if policy is not None else "*"
+    # Without a policy, "[^~]*" leaves out the app's bookkeeping keys
+    # ({prefix}:~...: the history of observability/history.py, 60 per policy,
+    # among them), which would otherwise fill a page's SCAN with keys that
+    # are never listed.
+    policy_part = policy if policy is not None else "[^~]*"
     if not identity_prefix:
-        return f"{prefix}:*" if policy is None else f"{prefix}:{policy}:*"
+        return f"{prefix}:[^~]*" if policy is None else f"{prefix}:{policy}:*"
     return f"{prefix}:{policy_part}:{{{identity_prefix}*"
 
 

@@ -19,6 +19,8 @@
   let paused = false;
   let timer = null;
   let request = null;
+  // The charts (history_charts.js) refresh with the rows, paused with them.
+  const history = window.djangoRlHistory;
 
   function showTime(iso) {
     updated.dateTime = iso;
@@ -47,6 +49,7 @@
     timer = null;
     const controller = new AbortController();
     request = controller;
+    const charts = history ? history.refresh(controller.signal) : null;
     try {
       const response = await fetch(url, {
         headers: { Accept: "application/json" },
@@ -72,6 +75,7 @@
         showError(error.message);
       }
     } finally {
+      await charts;
       if (request === controller) {
         request = null;
       }
@@ -115,5 +119,8 @@
   }
   root.dataset.paused = "false";
   root.dataset.state = errorBox.hidden ? "live" : "error";
+  if (history) {
+    history.refresh();
+  }
   schedule();
 })();

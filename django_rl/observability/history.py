@@ -1,0 +1,389 @@
+"""The last hour of decisions per policy, for the whole site, kept in Redis (the admin's charts).
+
+What is kept, per policy and per minute of the app servers' clock:
+allowed, denied and shadow-denied decisions (a degraded decision, made
+while Redis could not answer, counts as allowed or denied like the others:
+the charts show what the clients met), and the identities with the most
+denials in that minute.
+
+**No round trip per decision.** :func:`record` only adds to this process's
+counts in memory (a lock and a dict increment). A daemon thread of each
+process (:class:`Recorder`) writes them to Redis every
+:data:`FLUSH_INTERVAL` seconds, one pipeline per Redis node, and once more
+at exit. So the charts lag the decisions by about a second, and a process
+killed without running its exit handlers loses at most its last
+:data:`FLUSH_INTERVAL` of counts.
+
+**Keys**, each with a TTL, none under a policy's own ``{KEY_PREFIX}:{policy}:``:
+
+* ``{KEY_PREFIX}:~history:{<policy>}:<minute>``: a hash, fields ``a``
+  (allowed), ``d`` (denied), ``s`` (shadow-denied); TTL :data:`COUNTS_TTL_MS`.
+  ``<minute>`` is Unix time // 60. The policy is the hash tag, so a
+  policy's hour lives in one slot of a cluster and reads in one pipeline.
+* ``{KEY_PREFIX}:~history:{<policy>}:top:<minute>``: a sorted set,
+  identity -> denials in that minute, trimmed to the :data:`TOP_KEPT` with
+  the most after each write (ZINCRBY then ZREMRANGEBYRANK in the same
+  pipeline); TTL :data:`TOP_TTL_MS`. Each flush sends only its own
+  :data:`TOP_KEPT` most denied, and an identity trimmed out starts again
+  from 0 if it comes back, so the list is exact while fewer than
+  :data:`TOP_KEPT` identities are denied in a minute, and approximate beyond.
+* ``{KEY_PREFIX}:~history:policies``: a sorted set, policy -> the last
+  minute it was written, so the admin knows whose history to read;
+  TTL :data:`COUNTS_TTL_MS`.
+
+**Bounded memory.** In Redis: 60 small hashes per policy (about 5 KB per
+policy per hour, measured in tests/test_history.py) plus two top sets of at
+most :data:`TOP_KEPT` members. In each process: the counts of the minutes
+not yet written, and at most :data:`MAX_IDENTITIES` denied identities per
+interval (more are counted as denials, but not listed). Identities go
+through :func:`~django_rl.keys.safe_identity` (at most 100 characters,
+digested otherwise), so a hostile value cannot make a large member.
+
+**Redis failures.** A flush that fails (an outage, an error reply) puts
+its counts back, to be written by a later flush; counts older than
+:data:`RETRY_FOR_S` are dropped then (their keys would have expired). A
+connection lost after Redis applied the pipeline but before it replied
+makes those counts written twice (at-least-once). Nothing of this reaches a
+request: only the thread talks to Redis.
+"""
+
+from __future__ import annotations
+
+import atexit
+import heapq
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from django_rl.decision import Decision
+from django_rl.keys import safe_identity
+
+logger = logging.getLogger("django_rl")
+
+#: Seconds between two writes of a process's counts.
+FLUSH_INTERVAL = 1.0
+#: Minutes shown (and kept) per policy.
+MINUTES = 60
+#: TTL of a minute's counts: the hour shown plus a margin for clock skew.
+COUNTS_TTL_MS = (MINUTES + 5) * 60_000
+#: TTL of a minute's top denied identities: the page shows this minute and the last.
+TOP_TTL_MS = 3 * 60_000
+#: Identities kept per policy and minute in Redis.
+TOP_KEPT = 20
+#: Denied identities tracked per policy, minute and flush interval in a process.
+MAX_IDENTITIES = 1_000
+#: Counts a failed flush keeps for a later one at most this long (seconds).
+RETRY_FOR_S = MINUTES * 60
+#: The hash fields of a minute: ``Decision`` kind -> field.
+FIELDS = {"allowed": "a", "denied": "d", "shadow_denied": "s"}
+
+# (policy, minute, field) -> count; (policy, minute) -> identity -> denials.
+Counts = dict[tuple[str, int, str], int]
+Denied = dict[tuple[str, int], dict[str, int]]
+
+
+def counts_key(prefix: str, policy: str, minute: int) -> str:
+    """Return the key of ``policy``'s counts in ``minute`` (Unix time // 60)."""
+    return f"{prefix}:~history:{{{_tag(policy)}}}:{minute}"
+
+
+def top_key(prefix: str, policy: str, minute: int) -> str:
+    """Return the key of ``policy``'s most denied identities in ``minute``."""
+    return f"{prefix}:~history:{{{_tag(policy)}}}:top:{minute}"
+
+
+def policies_key(prefix: str) -> str:
+    """Return the key listing the policies with a history."""
+    return f"{prefix}:~history:policies"
+
+
+def _tag(policy: str) -> str:
+    # A policy name comes from the settings or an inline group's digest;
+    # safe_identity still guards the hash tag against braces.
+    return safe_identity(policy)
+
+
+def field_of(decision: Decision) -> str:
+    """Return the hash field ``decision`` counts in (``a``, ``d`` or ``s``)."""
+    if decision.allowed:
+        return "a"
+    return "s" if decision.shadow else "d"
+
+
+class Recorder:
+    """This process's counts not yet written, and the thread that writes them.
+
+    :ivar autostart: whether the first :meth:`record` starts the thread (the
+        test suite turns it off and calls :meth:`flush` where it means to).
+    :ivar flushes: successful flushes so far, in this process.
+    :ivar dropped: counts given up after :data:`RETRY_FOR_S` of failures.
+    """
+
+    def __init__(self) -> None:
+        self.autostart = True
+        self.flushes = 0
+        self.dropped = 0
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counts = {}
+        self._denied: Denied = {}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._flushing = threading.Lock()
+
+    def record(self, policy: str, decision: Decision, identity: str | None) -> None:
+        """Count ``decision`` of ``policy`` (and ``identity`` if it denied); no I/O.
+
+        Never raises: a decision calls it.
+        """
+        minute = int(time.time()) // 60
+        field = field_of(decision)
+        key = (policy, minute, field)
+        if self._thread is None and self.autostart:
+            self.start()
+        if field != "a" and identity is not None:
+            identity = safe_identity(identity)  # bounded: a hostile value cannot grow memory
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + 1
+            if field == "a" or identity is None:
+                return
+            who = self._denied.setdefault((policy, minute), {})
+            if identity in who:
+                who[identity] += 1
+            elif len(who) < MAX_IDENTITIES:
+                who[identity] = 1
+
+    def pending(self) -> int:
+        """Return the decisions counted in this process and not yet written."""
+        with self._lock:
+            return sum(self._counts.values())
+
+    def start(self) -> None:
+        """Start the flushing thread unless one runs. Never raises."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            thread = threading.Thread(target=self._run, name="django_rl history", daemon=True)
+            self._thread = thread
+        try:
+            thread.start()
+        except RuntimeError as exc:  # no thread can start: counts are written at exit
+            logger.warning("Rate-limit history cannot be written in the background: %s", exc)
+
+    @property
+    def running(self) -> bool:
+        """Return whether the flushing thread runs in this process."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.wait(FLUSH_INTERVAL):
+            self.flush()
+
+    def flush(self) -> bool:
+        """Write the counts so far to Redis; return whether every one was written.
+
+        Never raises. What could not be written is kept for the next flush
+        (see the module).
+        """
+        with self._flushing:  # the thread, the exit handler and tests may meet here
+            with self._lock:
+                counts, self._counts = self._counts, {}
+                denied, self._denied = self._denied, {}
+            if not counts:
+                return True
+            try:
+                failed = write(counts, denied)
+            except Exception as exc:  # settings, an unexpected reply: keep the counts
+                logger.debug("Rate-limit history could not be written: %s", exc)
+                failed = set(counts)
+            if failed:
+                self._put_back(counts, denied, failed)
+                return False
+            self.flushes += 1
+            return True
+
+    def _put_back(self, counts: Counts, denied: Denied, failed: set[tuple[str, int, str]]) -> None:
+        """Keep the counts of ``failed`` for the next flush, those too old dropped."""
+        oldest = int(time.time() - RETRY_FOR_S) // 60
+        with self._lock:
+            for key in failed:
+                if key[1] < oldest:
+                    self.dropped += counts[key]
+                    continue
+                self._counts[key] = self._counts.get(key, 0) + counts[key]
+            for (policy, minute), who in denied.items():
+                if minute < oldest or (policy, minute, "d") not in failed:
+                    continue
+                kept = self._denied.setdefault((policy, minute), {})
+                for identity, n in who.items():
+                    if identity in kept or len(kept) < MAX_IDENTITIES:
+                        kept[identity] = kept.get(identity, 0) + n
+
+    def stop(self) -> None:
+        """Stop the thread (if any) after its current flush."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        self._stop = threading.Event()
+        self._thread = None
+
+    def discard(self) -> None:
+        """Forget the counts not yet written (for tests)."""
+        with self._lock:
+            self._counts.clear()
+            self._denied.clear()
+
+    def at_exit(self) -> None:
+        """Write what is left as the process exits (not where the thread never would)."""
+        if self.autostart:
+            self.flush()
+
+    def after_fork(self) -> None:
+        """In a forked child: no thread runs and the parent's counts are the parent's."""
+        self._reset_state()
+
+
+def write(counts: Counts, denied: Denied) -> set[tuple[str, int, str]]:
+    """Write ``counts`` and ``denied`` to Redis, one pipeline per node; return what failed.
+
+    :raises Exception: when the settings or the topology cannot be read
+        (nothing was written).
+    """
+    from redis.exceptions import RedisError
+
+    from django_rl.backends import get_backend
+    from django_rl.conf import get_settings
+
+    settings = get_settings()
+    prefix = settings.key_prefix
+    backend = get_backend(settings.connection)
+    # Group the commands by node: one pipeline each. Each entry is the
+    # count keys a command carries, so an error reply puts back just those.
+    by_node: dict[Any, list[tuple[tuple[Any, ...], tuple[str, int, str] | None]]] = {}
+    latest: dict[str, int] = {}
+
+    def queue(key: str, command: tuple[Any, ...], count: tuple[str, int, str] | None) -> None:
+        by_node.setdefault(backend.node_for(key), []).append((command, count))
+
+    for count_key, n in counts.items():
+        policy, minute, field = count_key
+        key = counts_key(prefix, policy, minute)
+        queue(key, ("HINCRBY", key, field, n), count_key)
+        queue(key, ("PEXPIRE", key, COUNTS_TTL_MS), None)
+        latest[policy] = max(latest.get(policy, minute), minute)
+    for (policy, minute), who in denied.items():
+        key = top_key(prefix, policy, minute)
+        # Only this process's top few: the set then never holds more than
+        # 2 * TOP_KEPT members, small enough for Redis's compact encoding.
+        for identity, n in heapq.nlargest(TOP_KEPT, who.items(), key=_by_count):
+            queue(key, ("ZINCRBY", key, n, identity), None)
+        queue(key, ("ZREMRANGEBYRANK", key, 0, -TOP_KEPT - 1), None)
+        queue(key, ("PEXPIRE", key, TOP_TTL_MS), None)
+    listing = policies_key(prefix)
+    queue(listing, ("ZADD", listing, *_pairs(latest)), None)
+    queue(listing, ("PEXPIRE", listing, COUNTS_TTL_MS), None)
+
+    failed: set[tuple[str, int, str]] = set()
+    for node, commands in by_node.items():
+        try:
+            # One write, one read on the thread's kept connection; error
+            # replies come back in place (not raised), so each is judged alone.
+            replies = node.client.command_replies([(command, {}) for command, _ in commands])
+        except RedisError as exc:
+            logger.debug("Rate-limit history: %s could not be written: %s", node, exc)
+            failed.update(count for _, count in commands if count is not None)
+            continue
+        for (_, count), reply in zip(commands, replies, strict=True):
+            if count is not None and isinstance(reply, Exception):
+                failed.add(count)
+    return failed
+
+
+def _by_count(item: tuple[str, int]) -> int:
+    return item[1]
+
+
+def _pairs(latest: dict[str, int]) -> list[Any]:
+    pairs: list[Any] = []
+    for policy, minute in latest.items():
+        pairs += [minute, policy]
+    return pairs
+
+
+RECORDER = Recorder()
+os.register_at_fork(after_in_child=RECORDER.after_fork)
+atexit.register(RECORDER.at_exit)
+
+
+def record(policy: str, decision: Decision, identity: str | None = None) -> None:
+    """Count one decision of ``policy`` in this process (see the module); never raises."""
+    RECORDER.record(policy, decision, identity)
+
+
+def flush() -> bool:
+    """Write this process's counts to Redis now; return whether all were written."""
+    return RECORDER.flush()
+
+
+def read(names: Iterable[str] | None = None, *, now: float | None = None) -> dict[str, Any]:
+    """Return the last :data:`MINUTES` minutes of history, as the admin's JSON shows it.
+
+    ``{"minutes": [<minute>, ...] (oldest first, Unix time // 60),
+    "policies": {name: {"allowed": [...], "denied": [...], "shadow_denied": [...],
+    "top": [[identity, denials], ...]}}}``, a list entry per minute; ``top``
+    adds up this minute's and the last's denials, most first. ``names``: the
+    policies to read (default: every policy with a history).
+
+    :raises redis.exceptions.RedisError: if Redis cannot answer.
+    """
+    from django_rl.backends import get_backend
+    from django_rl.conf import get_settings
+
+    settings = get_settings()
+    prefix = settings.key_prefix
+    backend = get_backend(settings.connection)
+    current = int(time.time() if now is None else now) // 60
+    minutes = list(range(current - MINUTES + 1, current + 1))
+    if names is None:
+        listing = policies_key(prefix)
+        found = backend.run(listing, _zrange_since, current - MINUTES + 1)
+        names = sorted(name.decode() if isinstance(name, bytes) else name for name in found)
+    answer: dict[str, Any] = {"minutes": minutes, "policies": {}}
+    for name in names:
+        key = counts_key(prefix, name, current)
+        answer["policies"][name] = backend.run(key, _read_policy, prefix, name, minutes)
+    return answer
+
+
+def _zrange_since(node: Any, key: str, minute: int) -> list[Any]:
+    return list(node.client.zrangebyscore(key, minute, "+inf"))
+
+
+def _read_policy(node: Any, key: str, prefix: str, name: str, minutes: list[int]) -> Any:
+    """Read one policy's hour in one pipeline (its keys share a hash tag, so a node)."""
+
+    def queue(pipe: Any) -> None:
+        for minute in minutes:
+            pipe.hmget(counts_key(prefix, name, minute), "a", "d", "s")
+        for minute in minutes[-2:]:
+            pipe.zrange(top_key(prefix, name, minute), 0, -1, withscores=True)
+
+    _, replies = node.pipeline(queue)
+    series: dict[str, list[int]] = {kind: [] for kind in FIELDS}
+    for reply in replies[: len(minutes)]:
+        for kind, value in zip(FIELDS, reply, strict=True):
+            series[kind].append(int(value or 0))
+    top: dict[str, int] = {}
+    for reply in replies[len(minutes) :]:
+        for member, score in reply:
+            identity = member.decode() if isinstance(member, bytes) else member
+            top[identity] = top.get(identity, 0) + int(score)
+    ranked = sorted(top.items(), key=lambda item: (-item[1], item[0]))[:TOP_KEPT]
+    return {**series, "top": [list(item) for item in ranked]}

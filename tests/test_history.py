@@ -1,0 +1,217 @@
+"""The last hour per policy in Redis (observability/history.py) and its JSON in the admin."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.http import HttpResponse
+from django.test import Client, RequestFactory, override_settings
+
+from django_rl import get_policy
+from django_rl.decorators import ratelimit
+from django_rl.observability import history
+from django_rl.observability.history import RECORDER
+from tests.conftest import start_of_fresh_window
+from tests.redis_server import caches_for, free_port
+
+POLICIES = {
+    "shadowed": {"algorithm": "fixed_window", "rate": "3/h", "key": "ip", "mode": "shadow"},
+    "enforced": {"algorithm": "sliding_log", "rate": "5/h", "key": "ip"},
+    "wide": {"algorithm": "fixed_window", "rate": "1000/h", "key": "ip"},
+}
+URL = "/admin/django_rl/livecounter/charts/"
+
+
+@pytest.fixture(autouse=True)
+def _limits(settings, redis_client):
+    settings.DJANGO_RL = {"POLICIES": POLICIES}
+    start_of_fresh_window(redis_client, 3_600_000, min_left_ms=60_000)
+
+
+def known_traffic() -> None:
+    """5 allowed and 3 denied for ``enforced``; 3 allowed and 2 shadow-denied for ``shadowed``."""
+    for _ in range(8):
+        get_policy("enforced").hit("ip:203.0.113.5")
+    for _ in range(5):
+        get_policy("shadowed").hit("ip:198.51.100.7")
+
+
+def totals(answer, name):
+    return {kind: sum(answer["policies"][name][kind]) for kind in history.FIELDS}
+
+
+def command_calls(client) -> dict[str, int]:
+    return {
+        name.removeprefix("cmdstat_"): int(stats["calls"])
+        for name, stats in client.info("commandstats").items()
+    }
+
+
+def test_the_json_shows_exactly_the_decisions_made(admin_client):
+    known_traffic()
+    assert history.flush() is True
+    answer = admin_client.get(URL).json()
+    assert len(answer["minutes"]) == history.MINUTES == 60
+    assert answer["minutes"][-1] == int(time.time()) // 60
+    assert sorted(answer["policies"]) == ["enforced", "shadowed"]
+    assert totals(answer, "enforced") == {"allowed": 5, "denied": 3, "shadow_denied": 0}
+    assert totals(answer, "shadowed") == {"allowed": 3, "denied": 0, "shadow_denied": 2}
+    assert answer["policies"]["enforced"]["top"] == [["ip:203.0.113.5", 3]]
+    assert answer["policies"]["shadowed"]["top"] == [["ip:198.51.100.7", 2]]
+    # A second flush of new decisions adds to the same minutes.
+    get_policy("enforced").hit("ip:192.0.2.1")
+    get_policy("enforced").hit("ip:203.0.113.5")
+    assert history.flush() is True
+    again = admin_client.get(URL).json()
+    assert totals(again, "enforced") == {"allowed": 6, "denied": 4, "shadow_denied": 0}
+    assert again["policies"]["enforced"]["top"] == [["ip:203.0.113.5", 4]]
+
+
+def test_a_front_door_counts_each_decision_once(admin_client):
+    view = ratelimit("shadowed", "enforced")(lambda request: HttpResponse("ok"))
+    factory = RequestFactory()
+    codes = [view(factory.get("/", REMOTE_ADDR="192.0.2.8")).status_code for _ in range(7)]
+    assert codes == [200] * 5 + [429] * 2
+    assert history.flush() is True
+    answer = admin_client.get(URL).json()
+    assert totals(answer, "enforced") == {"allowed": 5, "denied": 2, "shadow_denied": 0}
+    assert totals(answer, "shadowed") == {"allowed": 3, "denied": 0, "shadow_denied": 4}
+
+
+def test_no_command_reaches_redis_until_the_flush_then_one_pipeline(redis_client):
+    policy = get_policy("wide")  # fixed_window: none of the history's commands
+    policy.hit("ip:203.0.113.5")  # connect, learn the server
+    assert history.flush() is True
+    before = command_calls(redis_client)
+    for _ in range(40):
+        policy.hit("ip:203.0.113.5")
+    during = command_calls(redis_client)
+    delta = {k: during.get(k, 0) - before.get(k, 0) for k in during}
+    delta = {k: v for k, v in delta.items() if v and k != "info"}
+    assert set(delta) <= {"multi", "incrby", "pexpireat", "pexpire", "pttl", "exec"}
+    assert delta["exec"] == 40  # one transaction per decision, nothing else
+    assert RECORDER.pending() == 40
+
+    assert history.flush() is True
+    after = command_calls(redis_client)
+    delta = {k: after.get(k, 0) - during.get(k, 0) for k in after}
+    delta = {k: v for k, v in delta.items() if v and k != "info"}
+    # All 40 allowed: per minute one HINCRBY and its PEXPIRE; the listing's two.
+    minutes = delta["hincrby"]
+    assert minutes in (1, 2)  # the 40 decisions straddled at most one minute's end
+    assert delta == {"hincrby": minutes, "pexpire": minutes + 1, "zadd": 1}
+
+
+def test_every_key_has_a_ttl_and_none_is_under_a_policy(redis_client):
+    known_traffic()
+    assert history.flush() is True
+    keys = sorted(key.decode() for key in redis_client.scan_iter("rl:~history:*"))
+    assert keys and all(key.startswith("rl:~history:") for key in keys)
+    assert not [key for key in redis_client.scan_iter("rl:enforced:*") if b"~history" in key]
+    for key in keys:
+        ttl = redis_client.pttl(key)
+        limit = history.TOP_TTL_MS if ":top:" in key else history.COUNTS_TTL_MS
+        assert 0 < ttl <= limit, key
+        assert history.COUNTS_TTL_MS > history.MINUTES * 60_000  # a bit over the hour shown
+
+
+def test_bytes_per_policy_per_hour(redis_client):
+    """A full hour of one policy: 60 minutes with every kind counted, and its top sets."""
+    now = int(time.time()) // 60
+    counts = {
+        ("enforced", minute, field): 1_000_000 + minute % 7
+        for minute in range(now - 59, now + 1)
+        for field in ("a", "d", "s")
+    }
+    denied = {
+        ("enforced", minute): {f"ip:203.0.113.{i}": i + 1 for i in range(history.TOP_KEPT)}
+        for minute in (now - 1, now)
+    }
+    assert history.write(counts, denied) == set()
+    keys = list(redis_client.scan_iter("rl:~history:{enforced}:*"))
+    assert len(keys) == 62
+    used = sum(redis_client.memory_usage(key, samples=0) for key in keys)
+    print(f"\nhistory: {used} bytes per policy per hour ({len(keys)} keys)")
+    assert used <= 12_000  # docs/observability.md states the figure
+
+
+def test_hostile_identities_are_bounded_in_process_and_in_redis(redis_client):
+    policy = get_policy("enforced")
+    decision = policy.hit("ip:198.51.100.1")
+    denial = replace(decision, allowed=False)
+    for i in range(history.MAX_IDENTITIES * 3):
+        history.record("enforced", denial, f"ip:{i}:" + "x" * 10_000)
+    tracked = sum(len(who) for who in RECORDER._denied.values())
+    assert tracked <= 2 * history.MAX_IDENTITIES  # one minute, or two if it turned
+    assert history.flush() is True
+    answer = history.read(["enforced"])
+    assert sum(answer["policies"]["enforced"]["denied"]) == history.MAX_IDENTITIES * 3
+    top = answer["policies"]["enforced"]["top"]
+    assert 0 < len(top) <= 2 * history.TOP_KEPT
+    assert all(len(identity) <= 100 for identity, _ in top)
+    for key in redis_client.scan_iter("rl:~history:{enforced}:top:*"):
+        assert redis_client.zcard(key) <= history.TOP_KEPT
+        assert redis_client.memory_usage(key, samples=0) < 4_000
+
+
+def test_an_outage_during_a_flush_loses_nothing_and_raises_nothing(settings):
+    known_traffic()
+    live = settings.CACHES
+    with override_settings(CACHES=caches_for(f"redis://127.0.0.1:{free_port()}/0")):
+        assert history.flush() is False  # no exception
+        # Decisions during the outage (degraded) are counted too.
+        get_policy("enforced").hit("ip:203.0.113.5")
+        assert history.flush() is False
+        assert RECORDER.pending() == 14
+    settings.CACHES = live
+    assert history.flush() is True
+    assert RECORDER.pending() == 0
+    answer = history.read()
+    assert totals(answer, "shadowed") == {"allowed": 3, "denied": 0, "shadow_denied": 2}
+    # The degraded one is counted as what the client met (fail_open: allowed).
+    assert totals(answer, "enforced") == {"allowed": 6, "denied": 3, "shadow_denied": 0}
+
+
+def test_counts_older_than_the_hour_are_dropped_on_failure():
+    old = int(time.time() - history.RETRY_FOR_S - 120) // 60
+    counts = {("enforced", old, "d"): 7}
+    RECORDER._put_back(counts, {}, set(counts))
+    assert RECORDER.pending() == 0 and RECORDER.dropped >= 7
+
+
+def test_the_thread_flushes_within_its_interval(redis_client, monkeypatch):
+    monkeypatch.setattr(RECORDER, "autostart", True)
+    try:
+        started = time.monotonic()
+        get_policy("enforced").hit("ip:203.0.113.5")
+        assert RECORDER.running
+        key = history.counts_key("rl", "enforced", int(time.time()) // 60)
+        while not redis_client.exists(key) and time.monotonic() - started < 10:
+            time.sleep(0.02)
+        elapsed = time.monotonic() - started
+    finally:
+        RECORDER.stop()
+    # One interval, plus a margin for a busy 2-core machine.
+    assert elapsed < history.FLUSH_INTERVAL + 1.5, elapsed
+    assert RECORDER.pending() == 0
+
+
+def test_the_json_needs_the_view_permission(django_user_model):
+    user = django_user_model.objects.create_user("clerk", password="pw", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    assert client.get(URL).status_code == 403
+    user.user_permissions.set(Permission.objects.filter(codename="view_livecounter"))
+    client = Client()
+    client.force_login(user)
+    assert client.get(URL).status_code == 200
+
+
+def test_redis_down_answers_503(admin_client):
+    with override_settings(CACHES=caches_for(f"redis://127.0.0.1:{free_port()}/0")):
+        response = admin_client.get(URL)
+    assert response.status_code == 503
+    assert response.json()["error"].startswith("Redis could not be read")
