@@ -1,7 +1,9 @@
 """A small site that uses both front doors of django_rl.
 
 Redis: ``REDIS_URL`` (default ``redis://127.0.0.1:6379/0``). Keys are written
-under the ``rl-example`` prefix.
+under the ``rl-example`` prefix. ``/metrics/`` serves Prometheus metrics when
+``prometheus_client`` is installed (``pip install 'django-rl[prometheus]'``;
+``make demo``'s virtualenv has it).
 """
 
 from __future__ import annotations
@@ -88,7 +90,19 @@ DJANGO_RL = {
         "api": {"algorithm": "fixed_window", "rate": "20/m", "key": "user_or_ip"},
         # Bursts of 3, then one a second.
         "burst": {"algorithm": "token_bucket", "capacity": 3, "rate": "1/s", "key": "ip"},
+        # In shadow mode: counted and decided, never denied. What it would
+        # have denied shows in the admin's charts, the metrics and the log.
+        "search": {"algorithm": "fixed_window", "rate": "10/m", "key": "ip", "mode": "shadow"},
     },
+}
+
+# One line per denial (and shadow denial) on the console: the
+# django_rl.denials logger, rate-limited by django_rl itself.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_rl.denials": {"handlers": ["console"], "level": "INFO"}},
 }
 
 REST_FRAMEWORK = {

@@ -29,6 +29,14 @@ TARGETS = [
         "about": "bursts of 3, then 1 a second: wait a second and one more gets through.",
     },
     {
+        "policy": "search",
+        "url": "/search/",
+        "method": "GET",
+        "burst": 15,
+        "about": "in shadow mode: 10 a minute per address would be the limit, but it never "
+        "denies; the charts, /metrics/ and the log show what it would have denied.",
+    },
+    {
         "policy": "api",
         "url": "/api/items/",
         "method": "GET",
@@ -60,6 +68,11 @@ def login(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         return HttpResponse("Wrong password (but you may try again).\n", status=401)
     return HttpResponse("POST here to try a password; 5 tries a minute.\n")
+
+
+@ratelimit("search")
+def search(request: HttpRequest) -> HttpResponse:
+    return JsonResponse({"results": ["apple", "pear"], "limited": request.limited})
 
 
 @ratelimit("burst")

@@ -85,7 +85,8 @@ def main() -> None:
         print(
             f"\nDemo superuser: {USERNAME} / {PASSWORD}\n\n"
             f"  {base}/                                  fire requests at each policy\n"
-            f"  {base}/admin/django_rl/livecounter/      live counters (log in first)\n"
+            f"  {base}/admin/django_rl/livecounter/      live counters and charts (log in first)\n"
+            f"  {base}/metrics/                          Prometheus metrics\n"
             f"  {base}/api/items/                        DRF browsable API (throttled)\n"
             f"  curl -i -X POST {base}/login/            5 a minute, then 429 with Retry-After\n"
             "\nCtrl-C stops the site and everything the demo started.\n",

@@ -25,6 +25,10 @@ print([x.status_code for x in r], r[-1]['Retry-After'])
 print([c.get('/api/items/').status_code for _ in range(2)])
 print(c.get('/').status_code)
 print(c.get('/api/items/')['RateLimit-Policy'], c.post('/login/')['RateLimit'])
+r = [c.get('/search/') for _ in range(12)]
+print([x.status_code for x in r], r[-1].json()['limited'], r[-1].has_header('RateLimit'))
+metrics = c.get('/metrics/').content.decode().splitlines()
+print([line for line in metrics if line.startswith('django_rl_decisions_total{policy="search"')])
 """
 
 
@@ -61,6 +65,18 @@ def test_both_front_doors_limit(redis_server):
         "[200, 200]",
         "200",
         '"api";q=20;w=60 "login";r=0;t=60',
+        # search is in shadow mode: never denied, no headers, its would-be
+        # denials counted.
+        f"{[200] * 12} False False",
+        '[\'django_rl_decisions_total{policy="search",result="allowed"} 10.0\', '
+        '\'django_rl_decisions_total{policy="search",result="shadow_denied"} 2.0\']',
     ]
-    keys = redis_server.client().keys("rl-example:*")
-    assert len(keys) == 3
+    client = redis_server.client()
+    counters = [key for key in client.keys("rl-example:*") if b":~" not in key]
+    assert len(counters) == 4
+    # The process wrote its history as it exited (the charts' data).
+    listed = client.zrange("rl-example:~history:policies", 0, -1)
+    assert sorted(listed) == [b"api", b"burst", b"login", b"search"]
+    search = [k for k in client.keys("rl-example:~history:{search}:*") if b":top:" not in k]
+    totals = [sum(int(client.hget(key, field) or 0) for key in search) for field in "ads"]
+    assert totals == [10, 0, 2]

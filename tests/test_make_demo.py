@@ -12,7 +12,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import redis as redis_py
 
+from django_rl.observability import history
 from tests.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +50,29 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def redis_of(log: Path) -> redis_py.Redis:
+    """Return a client of the private Redis the demo says it started."""
+    found = re.search(r"Started a private redis-server at (\S+) ", log.read_text())
+    assert found is not None, log.read_text()
+    return redis_py.Redis.from_url(found[1])
+
+
+def history_totals(
+    client: redis_py.Redis, policy: str, expected: list[int], within: float
+) -> list[int]:
+    """Return [allowed, denied, shadow-denied] of ``policy``'s history once ``expected``.
+
+    Or what it is after ``within`` seconds: a flush may land between two requests.
+    """
+    deadline = time.monotonic() + within
+    while True:
+        keys = [k for k in client.keys(f"rl-example:~history:{{{policy}}}:*") if b":top:" not in k]
+        totals = [sum(int(client.hget(key, field) or 0) for key in keys) for field in "ads"]
+        if totals == expected or time.monotonic() > deadline:
+            return totals
+        time.sleep(0.1)
+
+
 def test_make_demo_serves_the_site_and_stops_cleanly(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
@@ -68,6 +93,19 @@ def test_make_demo_serves_the_site_and_stops_cleanly(tmp_path):
         assert status(f"{base}/admin/login/") == 200
         codes = [status(f"{base}/login/", method="POST") for _ in range(6)]
         assert codes == [401] * 5 + [429]
+        # search is in shadow mode: 12 requests, 12 answers 200, 2 would-be denials.
+        assert [status(f"{base}/search/") for _ in range(12)] == [200] * 12
+        with urllib.request.urlopen(f"{base}/metrics/", timeout=5) as response:
+            metrics = response.read().decode()
+        assert 'django_rl_decisions_total{policy="search",result="shadow_denied"} 2.0' in metrics
+        # The charts fill: the server's history thread writes within its interval.
+        redis = redis_of(log)
+        try:
+            within = history.FLUSH_INTERVAL + 3  # one interval, and a margin for a busy machine
+            assert history_totals(redis, "search", [10, 0, 2], within) == [10, 0, 2]
+            assert history_totals(redis, "login", [5, 1, 0], within) == [5, 1, 0]
+        finally:
+            redis.close()
     finally:
         os.killpg(demo.pid, signal.SIGTERM)
         demo.wait(30)
