@@ -252,3 +252,24 @@ def test_counting_a_decision_costs_a_few_microseconds_of_cpu():
     )
     assert best < 3e-6
     assert min(both) < 5e-6  # the target for metrics and history together
+
+
+def test_the_django_ratelimit_drop_in_shows_in_the_charts(admin_client, redis_client):
+    from django_rl.contrib.ratelimit import store
+    from django_rl.contrib.ratelimit.core import is_ratelimited
+
+    start_of_fresh_window(redis_client, 60_000, min_left_ms=3_000)
+    request = RequestFactory().get("/", REMOTE_ADDR="192.0.2.44")
+    try:
+        limited = [
+            is_ratelimited(request, group="search", key="ip", rate="2/m", increment=True)
+            for _ in range(5)
+        ]
+        name = store.policy_for("search", "ALL").name
+    finally:
+        store.forget_policies()
+    assert limited == [False, False, True, True, True]
+    assert history.flush() is True
+    answer = admin_client.get(URL).json()
+    assert totals(answer, name) == {"allowed": 2, "denied": 3, "shadow_denied": 0}
+    assert answer["policies"][name]["top"] == [["ip:192.0.2.44", 3]]

@@ -141,8 +141,11 @@ class Recorder:
 
         Never raises: a decision calls it.
         """
+        self.count(policy, field_of(decision), identity)
+
+    def count(self, policy: str, field: str, identity: str | None) -> None:
+        """Count one decision of ``policy`` in ``field`` (``a``, ``d`` or ``s``); no I/O."""
         minute = int(time.time()) // 60
-        field = field_of(decision)
         key = (policy, minute, field)
         if self._thread is None and self.autostart:
             self.start()
@@ -325,6 +328,11 @@ atexit.register(RECORDER.at_exit)
 def record(policy: str, decision: Decision, identity: str | None = None) -> None:
     """Count one decision of ``policy`` in this process (see the module); never raises."""
     RECORDER.record(policy, decision, identity)
+
+
+def record_result(policy: str, allowed: bool, identity: str | None = None) -> None:
+    """Count one decision made without a :class:`Decision` (the django-ratelimit drop-in's)."""
+    RECORDER.count(policy, "a" if allowed else "d", identity)
 
 
 def flush() -> bool:
