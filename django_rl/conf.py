@@ -38,6 +38,7 @@ DEFAULTS: Mapping[str, Any] = {
     "OVERRIDES": True,
     "SHADOW": False,
     "METRICS": True,
+    "HISTORY": True,
 }
 
 
@@ -74,6 +75,8 @@ class Settings:
     shadow: bool = False
     #: Prometheus metrics whenever prometheus_client imports (observability/metrics.py).
     metrics: bool = True
+    #: The last hour per policy in Redis, for the admin's charts (observability/history.py).
+    history: bool = True
 
 
 def raw_settings() -> object:
@@ -116,6 +119,7 @@ def get_settings() -> Settings:
         overrides=merged["OVERRIDES"],
         shadow=merged["SHADOW"],
         metrics=merged["METRICS"],
+        history=merged["HISTORY"],
     )
 
 

@@ -99,6 +99,11 @@ def settings_problems(raw: object) -> list[Problem]:
             "True (Prometheus metrics whenever prometheus_client is installed) or False",
         ),
         (
+            "HISTORY",
+            isinstance(merged["HISTORY"], bool),
+            "True (the last hour per policy in Redis, for the admin's charts) or False",
+        ),
+        (
             "SHADOW",
             isinstance(merged["SHADOW"], bool),
             "True (every policy in shadow mode: it counts but never denies) or False",

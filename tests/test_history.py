@@ -273,3 +273,26 @@ def test_the_django_ratelimit_drop_in_shows_in_the_charts(admin_client, redis_cl
     answer = admin_client.get(URL).json()
     assert totals(answer, name) == {"allowed": 2, "denied": 3, "shadow_denied": 0}
     assert answer["policies"][name]["top"] == [["ip:192.0.2.44", 3]]
+
+
+def test_history_off_counts_nothing(settings):
+    settings.DJANGO_RL = {"POLICIES": POLICIES, "HISTORY": False}
+    known_traffic()
+    assert RECORDER.pending() == 0
+    assert history.flush() is True
+    settings.DJANGO_RL = {"POLICIES": POLICIES}
+    get_policy("wide").hit("ip:203.0.113.5")
+    assert RECORDER.pending() == 1
+
+
+def test_a_history_setting_that_is_not_a_bool_is_a_check_error(settings):
+    from django_rl.checks import check_settings
+
+    settings.DJANGO_RL = {"POLICIES": POLICIES, "HISTORY": "yes"}
+    errors = [error for error in check_settings() if "HISTORY" in error.msg]
+    assert [(error.msg, error.hint) for error in errors] == [
+        (
+            "DJANGO_RL['HISTORY'] is 'yes'",
+            "It must be True (the last hour per policy in Redis, for the admin's charts) or False.",
+        )
+    ]

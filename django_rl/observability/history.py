@@ -39,6 +39,9 @@ interval (more are counted as denials, but not listed). Identities go
 through :func:`~django_rl.keys.safe_identity` (at most 100 characters,
 digested otherwise), so a hostile value cannot make a large member.
 
+``DJANGO_RL["HISTORY"] = False`` turns it off: nothing is counted, no
+thread starts.
+
 **Redis failures.** A flush that fails (an outage, an error reply) puts
 its counts back, to be written by a later flush; counts older than
 :data:`RETRY_FOR_S` are dropped then (their keys would have expired). A
@@ -57,6 +60,9 @@ import threading
 import time
 from collections.abc import Iterable
 from typing import Any
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 from django_rl.decision import Decision
 from django_rl.keys import safe_identity
@@ -145,6 +151,8 @@ class Recorder:
 
     def count(self, policy: str, field: str, identity: str | None) -> None:
         """Count one decision of ``policy`` in ``field`` (``a``, ``d`` or ``s``); no I/O."""
+        if not (_enabled if _enabled is not None else _read_enabled()):
+            return
         minute = int(time.time()) // 60
         key = (policy, minute, field)
         if self._thread is None and self.autostart:
@@ -318,6 +326,28 @@ def _pairs(latest: dict[str, int]) -> list[Any]:
     for policy, minute in latest.items():
         pairs += [minute, policy]
     return pairs
+
+
+_enabled: bool | None = None
+
+
+def _read_enabled() -> bool:
+    """Read ``DJANGO_RL["HISTORY"]`` (once per settings change: decisions call this)."""
+    global _enabled
+    try:
+        from django_rl.conf import get_settings
+
+        _enabled = get_settings().history
+    except Exception:  # invalid settings: every decision reports them already
+        return False
+    return _enabled
+
+
+@receiver(setting_changed)
+def _reread(*, setting: str, **kwargs: object) -> None:
+    global _enabled
+    if setting == "DJANGO_RL":
+        _enabled = None
 
 
 RECORDER = Recorder()
