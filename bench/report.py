@@ -116,6 +116,18 @@ def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         f"{overridden['queries'][overridden['overridden']]:g} queries",
         same and no_queries,
     )
+    observed = results["observability"]
+    target(
+        "metrics and history: at most 5 µs of worker CPU per decision",
+        f"{observed['cost_us']:.2f} µs" + ("" if observed["metrics_on"] else " (metrics off)"),
+        observed["cost_us"] <= 5,
+    )
+    shadow_trips = observed["round_trips"]["shadow"]
+    target(
+        "shadow mode adds no round trip (Policy.hit of a shadow twin)",
+        f"{shadow_trips:g} vs {observed['round_trips']['without metrics and history']:g}",
+        shadow_trips <= observed["round_trips"]["without metrics and history"] + 0.05,
+    )
     for algorithm, most in MEMORY_TARGETS.items():
         used = results["memory"][f"{algorithm}: Policy.hit"]["bytes"]
         target(f"{algorithm}: memory per identity <= {most} B", f"{used} B", used <= most)

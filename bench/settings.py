@@ -66,6 +66,11 @@ for _algorithm in ALGORITHMS:
     }
 # The twin of fw-1000000 that has overrides in force (bench/overrides.py).
 DJANGO_RL["POLICIES"]["fw-1000000-overrides"] = _policy("fixed_window", 1_000_000)
+# Its twin in shadow mode (bench/observability.py).
+DJANGO_RL["POLICIES"]["fw-1000000-shadow"] = {
+    **_policy("fixed_window", 1_000_000),
+    "mode": "shadow",
+}
 
 REST_FRAMEWORK = {"DEFAULT_THROTTLE_CLASSES": []}
 
