@@ -174,6 +174,10 @@ class Recorder:
         with self._lock:
             return sum(self._counts.values())
 
+    def settled(self) -> bool:
+        """Return whether every count so far is written: none pending, no flush under way."""
+        return not self._flushing.locked() and self.pending() == 0
+
     def start(self) -> None:
         """Start the flushing thread unless one runs. Never raises."""
         with self._lock:
