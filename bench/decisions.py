@@ -29,7 +29,7 @@ import time
 from importlib import metadata
 from typing import Any
 
-from bench import overrides
+from bench import observability, overrides
 from bench.fallback import fallback
 from bench.flood import flood, flood_rows
 from bench.limiters import INLINE_ROW, LIMITERS, NAMED_ROW, Limiter
@@ -91,6 +91,7 @@ def run(server: RedisServer, *, rounds: int, batch: int) -> dict[str, Any]:
     results["speed"], results["inline_vs_named"] = speed(admin, rounds=rounds, batch=batch)
     results["fallback"] = fallback(rounds=rounds, batch=batch)
     results["overrides"] = overrides.compare(admin, ADDRESSES, decisions=2 * rounds * batch)
+    results["observability"] = observability.compare(admin, ADDRESSES, decisions=2 * rounds * batch)
     results["memory"] = memory(admin)
     wait_for_a_fresh_hour(admin)
     results["flood"] = flood(admin, rounds=rounds, batch=batch * 5)

@@ -105,6 +105,19 @@ def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         f"{guarded:.3f}x",
         guarded <= 1.05,
     )
+    seen = results["observability"]
+    target(
+        "metrics cost at most 5 µs of CPU per decision (Policy.hit_request)",
+        f"{seen['cpu_cost_us']:+.1f} µs",
+        seen["cpu_cost_us"] <= 5,
+    )
+    shadow, plain = seen["shadow"]["shadow"], seen["shadow"]["plain"]
+    target(
+        "shadow mode adds no round trip and no command",
+        f"{shadow['round_trips']:g} vs {plain['round_trips']:g} round trips, "
+        f"{shadow['commands']:g} vs {plain['commands']:g} commands",
+        shadow["round_trips"] <= plain["round_trips"] and shadow["commands"] <= plain["commands"],
+    )
     overridden = results["overrides"]
     trips = overridden["round_trips"]
     same = abs(trips[overridden["overridden"]] - trips[overridden["plain"]]) < 0.05
