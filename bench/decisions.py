@@ -10,8 +10,6 @@ Starts its own redis-server on a free port (and stops it), then measures:
    and the outage fallback: a local decision beside a Redis-backed one, and a
    Redis-backed one with ``fallback_rate`` set (``bench/fallback.py``);
    and a policy with overrides in force against one without (bench/overrides.py);
-   and what metrics and history cost a decision, and shadow mode's round trips
-   (bench/observability.py);
 2. memory per identity after 100 hits at a limit of 100 (``MEMORY USAGE``);
 3. a flood from one denied client, with and without the local deny cache;
 4. over-admission: 8 threads (800 attempts) and 4 processes (400 attempts)
@@ -93,7 +91,7 @@ def run(server: RedisServer, *, rounds: int, batch: int) -> dict[str, Any]:
     results["speed"], results["inline_vs_named"] = speed(admin, rounds=rounds, batch=batch)
     results["fallback"] = fallback(rounds=rounds, batch=batch)
     results["overrides"] = overrides.compare(admin, ADDRESSES, decisions=2 * rounds * batch)
-    results["observability"] = observability.compare(admin, ADDRESSES, decisions=3 * rounds * batch)
+    results["observability"] = observability.compare(admin, ADDRESSES, decisions=2 * rounds * batch)
     results["memory"] = memory(admin)
     wait_for_a_fresh_hour(admin)
     results["flood"] = flood(admin, rounds=rounds, batch=batch * 5)

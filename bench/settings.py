@@ -64,13 +64,13 @@ for _algorithm in ALGORITHMS:
         **_policy(_algorithm, 100),
         "rate": "100/365d",
     }
-# The twin of fw-1000000 that has overrides in force (bench/overrides.py).
-DJANGO_RL["POLICIES"]["fw-1000000-overrides"] = _policy("fixed_window", 1_000_000)
-# Its twin in shadow mode (bench/observability.py).
+# The twin of fw-1000000 in shadow mode (bench/observability.py).
 DJANGO_RL["POLICIES"]["fw-1000000-shadow"] = {
     **_policy("fixed_window", 1_000_000),
     "mode": "shadow",
 }
+# The twin of fw-1000000 that has overrides in force (bench/overrides.py).
+DJANGO_RL["POLICIES"]["fw-1000000-overrides"] = _policy("fixed_window", 1_000_000)
 
 REST_FRAMEWORK = {"DEFAULT_THROTTLE_CLASSES": []}
 

@@ -321,7 +321,7 @@ class Policy:
             else:
                 began = time.perf_counter()
                 outcome = self.backend.run(key, variant.algorithm.hit, cost)
-                measured.redis_seconds.observe(time.perf_counter() - began)
+                measured.pending.observe(time.perf_counter() - began)
         except RedisError:
             # The node counted it, and logged its outage or incident once.
             if self.fallback is not None:

@@ -24,7 +24,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_rl.decorators import ratelimit
-from django_rl.observability.metrics import metrics_view
+from django_rl.observability.metrics import FLUSH_INTERVAL, metrics, metrics_view
 from tests.conftest import start_of_fresh_window
 from tests.redis_server import caches_for, free_port
 
@@ -38,6 +38,9 @@ POLICIES = {
 
 
 def sample(name: str, **labels: str) -> float:
+    found = metrics()
+    if found is not None:
+        found.flush()  # the latencies this process has not yet put in the histogram
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
@@ -224,6 +227,9 @@ def test_every_workers_decisions_add_up_in_one_scrape(gunicorn_site, redis_clien
     first_denials = len({r.headers["X-Worker"] for r in enforced[3:]}) + len(
         {r.headers["X-Worker"] for r in shadowed[4:]}
     )
+    # Each worker's daemon thread puts its pending latencies in the histogram
+    # at least once a second (the scraped worker does it when scraped).
+    time.sleep(FLUSH_INTERVAL + 0.5)
     values = scrape(gunicorn_site)
 
     def value(name, **labels):

@@ -27,14 +27,21 @@ up, and ``child_exit`` in ``django_rl.observability.gunicorn`` clears a dead
 worker's gauges. docs/observability.md says how.
 
 The cost per decision is one dict lookup and one ``inc`` (a lock and an
-add, or a write to a memory-mapped file in multiprocess mode);
-``make bench`` measures it.
+add, or a write to a memory-mapped file in multiprocess mode), and for a
+decision that asked Redis, its latency put in a bucket of this process's
+own (:class:`PendingLatencies`: a bisect and an add under a lock, where
+``Histogram.observe`` takes a lock per bucket and the sum). Those pending
+latencies reach the histogram at the next scrape of this process and from a
+daemon thread at least once a second, so a scrape of another worker sees
+them at most about a second late. ``make bench`` measures the cost.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
+import time
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -55,6 +62,52 @@ RESULTS = ("allowed", "denied", "shadow_denied", "degraded_allowed", "degraded_d
 LATENCY_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 )  # fmt: skip
+
+
+#: How often the daemon thread moves pending latencies into the histogram, in seconds.
+FLUSH_INTERVAL = 1.0
+
+
+class PendingLatencies:
+    """Latencies counted per bucket in this process, not yet in the histogram.
+
+    One lock for the whole observation, where the histogram takes one per
+    bucket it touches and one for its sum: the decision pays for a bisect
+    and two adds; :meth:`flush` pays the histogram's price once per bucket.
+    """
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self._lock = threading.Lock()
+        self._counts = [0] * (len(bounds) + 1)  # the last: above every bound (+Inf)
+        self._sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        index = bisect.bisect_left(self.bounds, seconds)
+        with self._lock:
+            self._counts[index] += 1
+            self._sum += seconds
+
+    def flush(self, histogram: Any) -> None:
+        """Add what is pending to ``histogram`` (a ``prometheus_client.Histogram``)."""
+        with self._lock:
+            counts, total = self._counts, self._sum
+            if not any(counts):
+                return
+            self._counts, self._sum = [0] * len(counts), 0.0
+        buckets = getattr(histogram, "_buckets", None)
+        if buckets is not None and len(buckets) == len(counts) and hasattr(histogram, "_sum"):
+            # prometheus_client's own per-bucket values: one add per bucket.
+            histogram._sum.inc(total)
+            for bucket, count in zip(buckets, counts, strict=True):
+                if count:
+                    bucket.inc(count)
+            return
+        # Another layout: observe each at its bucket's mean (the sum stays exact).
+        mean = total / sum(counts)
+        for count in counts:
+            for _ in range(count):
+                histogram.observe(mean)
 
 
 def result_of(decision: Decision) -> str:
@@ -92,6 +145,17 @@ class Metrics:
         )
         self._children: dict[tuple[object, ...], Any] = {}
         self._lock = threading.Lock()
+        self.pending = PendingLatencies(LATENCY_BUCKETS)
+        threading.Thread(target=self._flush_forever, name="django_rl-metrics", daemon=True).start()
+
+    def flush(self) -> None:
+        """Move this process's pending latencies into the histogram."""
+        self.pending.flush(self.redis_seconds)
+
+    def _flush_forever(self) -> None:
+        while True:
+            time.sleep(FLUSH_INTERVAL)
+            self.flush()
 
     def child(self, metric: Any, *labels: str) -> Any:
         """Return ``metric.labels(*labels)``, cached (``labels`` locks and builds a tuple)."""
@@ -154,7 +218,7 @@ def count_redis_error(kind: str) -> None:
 def observe_redis_seconds(seconds: float) -> None:
     found = metrics()
     if found is not None:
-        found.redis_seconds.observe(seconds)
+        found.pending.observe(seconds)
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
@@ -168,8 +232,10 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     Answers 404 when ``prometheus_client`` is not installed or ``METRICS`` is
     off.
     """
-    if metrics() is None or prometheus_client is None:
+    found = metrics()
+    if found is None or prometheus_client is None:
         return HttpResponse("metrics are off", status=404, content_type="text/plain")
+    found.flush()
     registry: Any = prometheus_client.REGISTRY
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
