@@ -100,10 +100,10 @@ def test_no_command_reaches_redis_until_the_flush_then_one_pipeline(redis_client
     after = command_calls(redis_client)
     delta = {k: after.get(k, 0) - during.get(k, 0) for k in after}
     delta = {k: v for k, v in delta.items() if v and k != "info"}
-    # All 40 allowed: per minute one HINCRBY and its PEXPIRE; the listing's two.
+    # All 40 allowed: per minute one HINCRBY and its PEXPIRE; the listing's three.
     minutes = delta["hincrby"]
     assert minutes in (1, 2)  # the 40 decisions straddled at most one minute's end
-    assert delta == {"hincrby": minutes, "pexpire": minutes + 1, "zadd": 1}
+    assert delta == {"hincrby": minutes, "pexpire": minutes + 1, "zadd": 1, "zremrangebyscore": 1}
 
 
 def test_every_key_has_a_ttl_and_none_is_under_a_policy(redis_client):
@@ -174,6 +174,17 @@ def test_an_outage_during_a_flush_loses_nothing_and_raises_nothing(settings):
     assert totals(answer, "shadowed") == {"allowed": 3, "denied": 0, "shadow_denied": 2}
     # The degraded one is counted as what the client met (fail_open: allowed).
     assert totals(answer, "enforced") == {"allowed": 6, "denied": 3, "shadow_denied": 0}
+
+
+def test_a_policy_quiet_for_the_hour_leaves_the_listing(redis_client):
+    now = int(time.time()) // 60
+    assert history.write({("enforced", now - 70, "a"): 1}, {}) == set()
+    assert redis_client.zrange("rl:~history:policies", 0, -1) == [b"enforced"]
+    assert history.write({("wide", now, "a"): 1}, {}) == set()
+    assert redis_client.zrange("rl:~history:policies", 0, -1) == [b"wide"]
+    # A retried older minute does not move a policy back.
+    assert history.write({("wide", now - 3, "a"): 1}, {}) == set()
+    assert redis_client.zscore("rl:~history:policies", "wide") == now
 
 
 def test_counts_older_than_the_hour_are_dropped_on_failure():

@@ -302,7 +302,12 @@ def write(counts: Counts, denied: Denied) -> set[tuple[str, int, str]]:
         queue(key, ("ZREMRANGEBYRANK", key, 0, -TOP_KEPT - 1), None)
         queue(key, ("PEXPIRE", key, TOP_TTL_MS), None)
     listing = policies_key(prefix)
-    queue(listing, ("ZADD", listing, *_pairs(latest)), None)
+    # GT: a retried flush of an older minute never moves a policy back.
+    queue(listing, ("ZADD", listing, "GT", *_pairs(latest)), None)
+    # Policies quiet for the whole hour leave the listing (it is renewed by
+    # every flush, so its TTL alone would never drop them).
+    oldest = max(latest.values()) - MINUTES
+    queue(listing, ("ZREMRANGEBYSCORE", listing, "-inf", f"({oldest}"), None)
     queue(listing, ("PEXPIRE", listing, COUNTS_TTL_MS), None)
 
     failed: set[tuple[str, int, str]] = set()
