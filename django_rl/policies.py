@@ -19,6 +19,7 @@ from django.dispatch import receiver
 from django_rl.algorithms import Algorithm
 from django_rl.backends import get_backend, health
 from django_rl.conf import Settings, get_settings
+from django_rl.contrib import dropin_names, dropin_policies
 from django_rl.deny_cache import get_deny_cache
 from django_rl.exceptions import ConfigurationError, UnknownPolicy
 from django_rl.fallback import LocalFallback, get_fallback_store
@@ -222,6 +223,8 @@ def policies_named(name: str, *, strict: bool = True) -> list[Policy]:
     :raises UnknownPolicy: if no policy has that name (with ``strict``).
     :raises ConfigurationError: for an invalid one (with ``strict``).
     """
+    if name in _dropin_names():
+        return [policy for policy in dropin_policies() if policy.name == name]
     if not name.startswith("@"):
         try:
             return [get_policy(name)]
@@ -247,10 +250,17 @@ def policies_named(name: str, *, strict: bool = True) -> list[Policy]:
 
 
 def policy_names() -> list[str]:
-    """Return the name of every policy: in settings, in code, then inline ones."""
+    """Return the name of every policy: in settings, in code, inline ones, then the drop-ins'."""
     named = sorted({*get_settings().policies, *registered_policies()})
     inline = sorted({spec.name for spec in url_specs()} - set(named))
-    return named + inline
+    dropins = [name for name in dropin_names() if name not in named and name not in inline]
+    return named + inline + dropins
+
+
+def _dropin_names() -> set[str]:
+    """Return the names of the drop-ins' policies (``django_rl.contrib``) not defined otherwise."""
+    names = set(dropin_names())
+    return names - {*get_settings().policies, *registered_policies()} if names else names
 
 
 def all_policies() -> list[Policy]:

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from django_rl.conf import get_settings
+from django_rl.contrib import dropin_policies
 from django_rl.exceptions import ConfigurationError
 from django_rl.inline import url_specs
 from django_rl.management.subcommands.output import table
@@ -15,8 +16,8 @@ from django_rl.plans import function_label
 from django_rl.policies import Policy, get_policy, inline_policy, registered_policies
 
 HELP = (
-    "List the policies (of settings, of register_policy, and inline ones of the URLconf's "
-    "views): algorithm, limit, rate, identity, key fingerprint."
+    "List the policies (of settings, of register_policy, inline ones of the URLconf's "
+    "views, and the drop-ins'): algorithm, limit, rate, identity, key fingerprint."
 )
 
 
@@ -39,6 +40,9 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
             rows.append(_row(inline_policy(spec), spec.policy_spec()))
         except ConfigurationError as exc:
             rows.append([spec.name, "invalid", "", "", "", str(exc)])
+    for policy in sorted(dropin_policies(), key=lambda p: (p.name, p.limit, p.rate)):
+        if policy.name not in specs:
+            rows.append(_row(policy, {"key": "drop-in"}))
     command.stdout.write(
         f"KEY_PREFIX {settings.key_prefix!r}, CONNECTION {settings.connection!r}, "
         f"FAIL_OPEN {settings.fail_open}"
