@@ -19,6 +19,7 @@ each on purpose, are listed in docs/migrating.md.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, MutableMapping
 from typing import Any, ClassVar
 
@@ -148,12 +149,12 @@ class SimpleRateThrottle(BaseThrottle):
         if rate is None:
             return (None, None)
         try:
-            parsed = parse_rate_text(rate)
+            # DRF parses on every request (a throttle per request): cached.
+            return _parsed(rate) if isinstance(rate, str) else _parse(rate)
         except RateError as exc:
             raise ThrottleRateError(
                 f"Throttle rate {rate!r} of '{type(self).__name__}' (scope {self.scope!r}): {exc}"
             ) from None
-        return (parsed.limit, parsed.period_ms // 1000)
 
     def allow_request(self, request: Any, view: Any) -> bool:
         """Count ``request`` under its cache key and return whether it is allowed.
@@ -266,6 +267,14 @@ class ScopedRateThrottle(SimpleRateThrottle):
 
     def get_cache_key(self, request: Any, view: Any) -> str | None:
         return self.cache_format % {"scope": self.scope, "ident": _user_or_ident(self, request)}
+
+
+def _parse(rate: object) -> tuple[int, int]:
+    parsed = parse_rate_text(rate)
+    return (parsed.limit, parsed.period_ms // 1000)
+
+
+_parsed = functools.lru_cache(maxsize=256)(_parse)
 
 
 def _user_or_ident(throttle: BaseThrottle, request: Any) -> Any:
