@@ -10,6 +10,9 @@ and leave margins for a busy machine instead of patching ``timer``.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from typing import ClassVar
 from unittest import mock
 
@@ -111,6 +114,7 @@ def test_cache_keys_are_drfs():
     request.META["REMOTE_ADDR"] = "192.0.2.9"
     assert AnonRateThrottle().get_cache_key(request, None) == "throttle_anon_192.0.2.9"
     assert UserRateThrottle().get_cache_key(request, None) == "throttle_user_192.0.2.9"
+    assert AnonRateThrottle().get_cache_key(Request(HttpRequest()), {}) == "throttle_anon_None"
     user = User.objects.create(username="k")
     force_authenticate(request, user)
     request.user = user
@@ -185,9 +189,10 @@ def test_wait_from_history_set_by_hand_is_drfs_arithmetic():
     throttle = AnonRateThrottle()
     throttle.num_requests, throttle.duration, throttle.history = 1, 60, []
     assert throttle.wait() == 30.0
-    throttle.now = 100.0
-    throttle.history = [100.0, 100.0, 100.0]
+    throttle.now = throttle.timer()
+    throttle.history = [throttle.timer() for _ in range(3)]
     assert throttle.wait() is None
+    throttle.now = 100.0
     throttle.num_requests, throttle.history = 3, [99.0, 90.0]
     assert throttle.wait() == (60 - 10) / 2
 
@@ -446,3 +451,50 @@ def test_manage_py_ratelimit_lists_and_resets_drf_policies(capsys):
     call_command("ratelimit", "policies")
     out = capsys.readouterr().out
     assert "drf.anon" in out and "sliding_log" in out
+
+
+def test_the_admins_live_counters_show_and_reset_drf_throttles(admin_client):
+    assert statuses(views.AnonView, 4) == [200, 200, 200, 429]
+    data_url = "/admin/django_rl/livecounter/data/"
+    rows = admin_client.get(data_url).json()["rows"]
+    [row] = [r for r in rows if r["policy"] == "drf.anon"]
+    assert (row["identity"], row["algorithm"], row["rate"], row["limit"]) == (
+        "throttle_anon_192.0.2.1",
+        "sliding_log",
+        "3/m",
+        3,
+    )
+    assert (row["used"], row["remaining"], row["denied"]) == (3, 0, True)
+    response = admin_client.post(
+        "/admin/django_rl/livecounter/reset/",
+        {"rows": ["drf.anon:throttle_anon_192.0.2.1"], "confirmed": "yes"},
+        follow=True,
+    )
+    assert [str(m) for m in response.context["messages"]] == ["Reset 1 counter: 1 key deleted."]
+    assert statuses(views.AnonView, 4) == [200, 200, 200, 429]
+
+
+def test_manage_py_ratelimit_resets_a_drf_client(capsys):
+    assert statuses(views.AnonView, 4) == [200, 200, 200, 429]
+    call_command("ratelimit", "reset", "drf.anon", "throttle_anon_192.0.2.1")
+    assert "1 key" in capsys.readouterr().out
+    assert statuses(views.AnonView, 4) == [200, 200, 200, 429]
+
+
+def test_the_drop_in_imports_as_drfs_default_throttle_classes():
+    """DRF's APIView imports DEFAULT_THROTTLE_CLASSES when it is defined: no import cycle."""
+    code = (
+        "import django; django.setup()\n"
+        "from rest_framework.views import APIView\n"
+        "print([c.__module__ + '.' + c.__name__ for c in APIView.throttle_classes])\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings_contrib_drf"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [
+        "['django_rl.contrib.drf.AnonRateThrottle',",
+        "'django_rl.contrib.drf.UserRateThrottle',",
+        "'django_rl.contrib.drf.ScopedRateThrottle']",
+    ]

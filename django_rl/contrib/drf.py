@@ -20,9 +20,11 @@ each on purpose, are listed in docs/migrating.md.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, MutableMapping
+import time
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, ClassVar
 
+from django.core.cache import cache as default_cache
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
@@ -97,6 +99,10 @@ class SimpleRateThrottle(BaseThrottle):
     ``key`` the cache key; :meth:`wait` answers from them.
     """
 
+    #: DRF's; kept for code that reads them. Decisions use neither: state
+    #: lives in Redis through django_rl, time comes from the Redis server.
+    cache: ClassVar[Any] = default_cache
+    timer: ClassVar[Callable[[], float]] = time.time
     cache_format: ClassVar[str] = "throttle_%(scope)s_%(ident)s"
     scope: str | None = None
     THROTTLE_RATES: MutableMapping[str, Any] | dict[str, Any] = DefaultThrottleRates()
