@@ -300,9 +300,16 @@ class DenyCache:
             self._entries.pop(key, None)
 
     def clear(self) -> None:
-        """Drop every entry."""
+        """Drop every entry, and the reset token read: the next denial reads it again.
+
+        As in a new process: the first denial Redis gives next is not
+        remembered (the token is read then), the ones after it are.
+        """
         with self._lock:
             self._entries.clear()
+            self._token = _UNREAD
+            self._confirmed_at = -math.inf
+            self._cleared_at = -math.inf
 
     def _drop(self, key: str, entry: _Denial) -> None:
         with self._lock:

@@ -498,3 +498,21 @@ def test_the_drop_in_imports_as_drfs_default_throttle_classes():
         "'django_rl.contrib.drf.UserRateThrottle',",
         "'django_rl.contrib.drf.ScopedRateThrottle']",
     ]
+
+
+@pytest.mark.urls("tests.urls_contrib_drf")
+def test_the_urlconfs_drf_throttles_are_listed_before_any_request():
+    drf_policies._policies.clear()
+    drf_policies._walked = None
+    names = [name for name in policy_names() if name.startswith("drf")]
+    # DoubleView's 3/sec and 6/min, the scoped views' x and y (free: rate None;
+    # unscoped: no scope), the tenant throttle.
+    assert names == ["drf.minutes", "drf.seconds", "drf.tenant", "drf.x", "drf.y"]
+    rates = {(p.name, p.rate) for p in drf_policies.known_policies()}
+    assert rates == {
+        ("drf.minutes", "6/m"),
+        ("drf.seconds", "3/s"),
+        ("drf.tenant", "2/m"),
+        ("drf.x", "3/m"),
+        ("drf.y", "1/m"),
+    }

@@ -22,14 +22,17 @@ list these policies (:func:`known_policies`) in any process.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.urls import URLPattern, URLResolver, get_resolver
 
 from django_rl.conf import get_settings
 from django_rl.keys import SAFE_NAME
@@ -94,25 +97,88 @@ def policy_for(scope: str | None, limit: int, period: int) -> Policy:
 def known_policies() -> list[Policy]:
     """Return the drop-in's policies this process knows of.
 
-    Those it has decided with, and, when ``REST_FRAMEWORK`` names a class
-    of the drop-in in ``DEFAULT_THROTTLE_CLASSES``, one per scope of
-    ``DEFAULT_THROTTLE_RATES`` that has a rate: what the admin's process
-    may never have decided with itself.
+    What the admin's process may never have decided with itself, besides
+    those it has: when ``REST_FRAMEWORK`` names a class of the drop-in in
+    ``DEFAULT_THROTTLE_CLASSES``, one per scope of ``DEFAULT_THROTTLE_RATES``
+    that has a rate; and the drop-in's throttles of the URLconf's DRF views
+    (their ``throttle_classes``), at the rate each would use.
     """
     rest = getattr(django_settings, "REST_FRAMEWORK", None) or {}
     classes = rest.get("DEFAULT_THROTTLE_CLASSES", ()) if isinstance(rest, Mapping) else ()
     if any(isinstance(path, str) and path.startswith(MODULE) for path in classes):
         rates = rest.get("DEFAULT_THROTTLE_RATES", {})
         for scope, text in rates.items() if isinstance(rates, Mapping) else ():
-            if text is None:
-                continue
-            try:
-                rate = parse_rate(text)
-            except RateError:
-                continue
-            if rate.period_ms % 1000 == 0:
-                policy_for(scope, rate.limit, rate.period_ms // 1000)
+            _add(scope, text)
+    for scope, text in _view_rates():
+        _add(scope, text)
     return list(_policies.values())
+
+
+def _add(scope: str | None, text: object) -> None:
+    """Build the policy of ``scope`` at the rate ``text``, unless it has none or a bad one."""
+    if text is None:
+        return
+    try:
+        rate = parse_rate(text)
+    except RateError:
+        return
+    if rate.period_ms % 1000 == 0:
+        policy_for(scope, rate.limit, rate.period_ms // 1000)
+
+
+def _view_rates() -> list[tuple[str | None, object]]:
+    """Return (scope, rate) of the drop-in's throttles on the URLconf's views.
+
+    Found without a request: a ``ScopedRateThrottle`` takes the view's
+    scope; the others their own ``scope`` and ``rate``. A throttle that
+    cannot say (a missing scope, a rate its ``get_rate`` only knows per
+    request) is left out. Never raises: a URLconf that does not import is
+    Django's check's to report.
+    """
+    global _walked
+    drf = sys.modules.get("django_rl.contrib.drf")
+    if drf is None:  # nothing in this process imported the drop-in: no view names it
+        return []
+    try:
+        resolver = get_resolver()
+        if _walked is not None and _walked[0] is resolver:
+            return _walked[1]  # the admin asks on every poll: walk each URLconf once
+        patterns = list(_walk(resolver.url_patterns))
+    except Exception:
+        return []
+    found: list[tuple[str | None, object]] = []
+    for pattern in patterns:
+        callback = pattern.callback
+        view = getattr(callback, "cls", None) or getattr(callback, "view_class", None)
+        for throttle_class in getattr(view, "throttle_classes", None) or ():
+            if isinstance(throttle_class, type) and issubclass(
+                throttle_class, drf.SimpleRateThrottle
+            ):
+                with contextlib.suppress(Exception):  # its own error, met by its requests
+                    found.append(_scope_and_rate(drf, throttle_class, view))
+    found = [(scope, rate) for scope, rate in found if scope or rate]
+    _walked = (resolver, found)
+    return found
+
+
+_walked: tuple[object, list[tuple[str | None, object]]] | None = None
+
+
+def _scope_and_rate(drf: Any, throttle_class: Any, view: Any) -> tuple[str | None, object]:
+    # Not through __init__: ScopedRateThrottle's rate is the view's scope's.
+    throttle = throttle_class.__new__(throttle_class)
+    if issubclass(throttle_class, drf.ScopedRateThrottle):
+        throttle.scope = getattr(view, throttle_class.scope_attr, None)
+        return (throttle.scope, throttle.get_rate() if throttle.scope else None)
+    return (throttle.scope, getattr(throttle, "rate", None) or throttle.get_rate())
+
+
+def _walk(patterns: list[Any]) -> Iterator[URLPattern]:
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            yield from _walk(pattern.url_patterns)
+        elif isinstance(pattern, URLPattern):
+            yield pattern
 
 
 @receiver(setting_changed)
