@@ -28,7 +28,9 @@ DECISION_COMMANDS = (
     "hgetall",
 )  # fmt: skip
 #: The admin page and ``manage.py ratelimit``: walk and read the app's keys;
-#: the overrides' change marker (``SET`` when one is saved, ``GET`` to poll).
+#: the overrides' change marker (``SET`` when one is saved, ``GET`` to poll);
+#: the reset token (``reset_epoch.py``: ``SET`` by every reset, ``GET`` and
+#: ``SET`` inside its script).
 ADMIN_COMMANDS = ("scan", "dbsize", "exists", "type", "set")
 #: Naming the connection (``?client_name=`` in the URL; redis-py sends it on connect).
 CONNECTION_COMMANDS = ("client|setname",)

@@ -174,6 +174,26 @@ def test_a_none_rate_is_not_throttled_and_asks_nothing(redis_client):
     assert redis_client.dbsize() == 0
 
 
+def test_the_request_records_its_decisions_and_whether_it_was_limited():
+    class Constant(SimpleRateThrottle):
+        rate = "1/m"
+
+        def get_cache_key(self, request, view):
+            return "one"
+
+    request = Request(FACTORY.get("/"))
+    assert Constant().allow_request(request, None) is True
+    assert request.limited is False
+    assert Constant().allow_request(request, None) is False
+    assert request.limited is True
+    assert [(d.allowed, d.policy) for d in request.django_rl_decisions] == [
+        (True, "drf"),
+        (False, "drf"),
+    ]
+    # Not a request at all (DRF's own tests pass {}): decided, nothing recorded.
+    assert Constant().allow_request({}, {}) is False
+
+
 def test_get_cache_key_must_be_overridden_and_none_means_not_throttled():
     class Bare(SimpleRateThrottle):
         rate = "1/m"

@@ -180,13 +180,18 @@ class SimpleRateThrottle(BaseThrottle):
             return True
         decision = policy_for(self.scope, num_requests, duration).hit(str(self.key))
         self.decision = decision
+        try:
+            # request.django_rl_decisions and request.limited, as both front doors set them.
+            every = settle(request, (decision,))
+        except AttributeError:  # not a request (DRF's own tests pass {}): nothing to record
+            every = [decision]
         # APIView.finalize_response copies view.headers onto the response,
         # allowed or denied (what PolicyThrottle does too). Not through
         # django_rl.throttling: it imports rest_framework.views, whose
         # APIView imports the DEFAULT_THROTTLE_CLASSES, i.e. this module.
         headers = getattr(view, "headers", None)
         if isinstance(headers, dict):
-            write_headers(headers, settle(request, (decision,)))
+            write_headers(headers, every)
         if decision.allowed:
             return self.throttle_success()
         return self.throttle_failure()
