@@ -536,3 +536,21 @@ def test_the_urlconfs_drf_throttles_are_listed_before_any_request():
         ("drf.x", "3/m"),
         ("drf.y", "1/m"),
     }
+
+
+def test_manage_py_check_reports_a_rate_the_drop_in_cannot_parse(settings):
+    from django_rl.contrib.drf_checks import check_drf_rates
+
+    settings.REST_FRAMEWORK = {
+        "DEFAULT_THROTTLE_CLASSES": ["django_rl.contrib.drf.AnonRateThrottle"],
+        "DEFAULT_THROTTLE_RATES": {"anon": "5/mango", "user": "10/min", "off": None},
+    }
+    [error] = check_drf_rates()
+    assert error.id == "django_rl.E090"
+    assert error.msg.startswith("REST_FRAMEWORK['DEFAULT_THROTTLE_RATES']['anon']: rate '5/mango'")
+    # DRF's own throttles read their rates their way: not ours to judge.
+    settings.REST_FRAMEWORK = {
+        "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.AnonRateThrottle"],
+        "DEFAULT_THROTTLE_RATES": {"anon": "5/mango"},
+    }
+    assert check_drf_rates() == []
