@@ -31,7 +31,7 @@ from typing import Any
 
 from bench import observability, overrides
 from bench.fallback import fallback
-from bench.flood import flood, flood_rows
+from bench.flood import flood, flood_rows, sustained, sustained_row
 from bench.limiters import INLINE_ROW, LIMITERS, NAMED_ROW, Limiter
 from bench.measure import (
     alternating,
@@ -99,6 +99,12 @@ def run(server: RedisServer, *, rounds: int, batch: int) -> dict[str, Any]:
         "Flood from one denied client (limit 100/h, used up): µs per denied decision",
         ["row", "µs median", "p25-p75", "x PING", "commands", "round trips"],
         flood_rows(results["flood"]),
+    )
+    results["flood"]["sustained"] = sustained(admin)
+    print_table(
+        "Sustained flood (sliding_log, deny cache): what resets' propagation costs",
+        ["seconds", "denied hits", "a second", "round trips", "per denied hit", "token reads/s"],
+        [sustained_row(results["flood"]["sustained"])],
     )
     limiters = [limiter for limiter in LIMITERS if limiter.limits_requests]
     results["over_admission"] = over_admission(limiters, server.url)
