@@ -34,7 +34,7 @@ def dropin_policies() -> list[Policy]:
     Never raises for a drop-in's problem (a missing dependency, a bad
     setting): the admin and the commands list what they can.
     """
-    found: dict[tuple[str, str], Policy] = {}
+    found: dict[tuple[str, object], Policy] = {}
     for path in DROPINS.values():
         try:
             module = importlib.import_module(path)
@@ -42,7 +42,10 @@ def dropin_policies() -> list[Policy]:
         except Exception:  # an optional dependency missing, or a project's bad setting
             continue
         for policy in policies:
-            found.setdefault((policy.name, policy.fingerprint), policy)
+            # A policy with a rate per call (django-ratelimit's) has a
+            # fingerprint per rate: it is one policy of its own.
+            same = id(policy) if policy.per_request else policy.fingerprint
+            found.setdefault((policy.name, same), policy)
     return list(found.values())
 
 

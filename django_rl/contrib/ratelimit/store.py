@@ -197,7 +197,7 @@ def _override(policy: Policy, text: str, variant: Variant, rate: Rate) -> tuple[
 
 
 def known_policies() -> list[Policy]:
-    """Return the drop-in's policies, for the admin and ``manage.py ratelimit`` (``contrib.DROPINS``).
+    """Return the drop-in's policies, for the admin and ``manage.py ratelimit`` (``DROPINS``).
 
     Those of the URLconf's views (``discovery.py``) and those this process
     used (``get_usage`` called from anywhere); never raises.
