@@ -20,14 +20,14 @@ over the limit. Writes JSON (default ``bench/results/dropin_drf.json``).
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 from bench.limiters import BY_NAME, DRF_DROPIN, DRF_ORIGINAL
 from bench.measure import commands_and_round_trips, interleaved, ratio
 from bench.overadmission import over_admission
-from bench.report import bench_parser, finish, print_table
+from bench.report import print_table
+from bench.runner import bench_main, setup_django
 from tests.redis_server import RedisServer
 
 POPULATION = 1000
@@ -38,29 +38,11 @@ FLOOD_LIMIT = 100
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser(__doc__ or "", "dropin_drf.json", "5 rounds of 20")
-    parser.add_argument("--rounds", type=int, default=100, help="interleaved rounds (default 100)")
-    parser.add_argument("--batch", type=int, default=50, help="decisions per row per round (50)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.batch = 5, 20
-    server = RedisServer()
-    server.start()
-    try:
-        results = run(server, rounds=args.rounds, batch=args.batch)
-    finally:
-        server.close()
-    missed = [target["target"] for target in results["targets"] if not target["met"]]
-    return finish(args.json, results, missed, args.strict)
+    return bench_main(__doc__ or "", "dropin_drf.json", run, argv)
 
 
 def run(server: RedisServer, *, rounds: int, batch: int) -> dict[str, Any]:
-    os.environ["BENCH_REDIS_URL"] = server.url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-    import django
-
-    django.setup()
-    admin = server.client()
+    admin = setup_django(server)
     started = time.monotonic()
     results: dict[str, Any] = {"rounds": rounds, "batch": batch, "population": POPULATION}
     results["allowed"] = speed(admin, 1_000_000, ADDRESSES, rounds=rounds, batch=batch)
