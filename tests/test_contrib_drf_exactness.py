@@ -10,9 +10,6 @@ set on the cache, lets several times the limit through: bench/dropin_drf.py).
 
 from __future__ import annotations
 
-import multiprocessing
-import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -20,7 +17,15 @@ import pytest
 
 from tests import figures
 from tests.conftest import start_of_fresh_window
-from tests.test_exactness import PROCESS_ATTEMPTS, PROCESSES, THREAD_ATTEMPTS, THREADS, WorkerPool
+from tests.races import (
+    PROCESS_ATTEMPTS,
+    PROCESSES,
+    THREAD_ATTEMPTS,
+    THREADS,
+    WorkerPool,
+    race,
+    spawned_pool,
+)
 from tests.workers import drf_throttle_and_allow, serve_drf_rounds
 
 pytestmark = pytest.mark.slow
@@ -35,51 +40,12 @@ SECTION = (
 
 @pytest.fixture(scope="module")
 def drf_pool(topology) -> Iterator[WorkerPool]:
-    context = multiprocessing.get_context("spawn")
-    start = context.Barrier(THREADS + PROCESSES)
-    results = context.Queue()
-    tasks = [context.Queue() for _ in range(PROCESSES)]
-    children = [
-        context.Process(target=serve_drf_rounds, args=(topology.caches(), q, results, start))
-        for q in tasks
-    ]
-    for child in children:
-        child.start()
-    try:
-        assert [results.get(timeout=60) for _ in children] == ["ready"] * PROCESSES
-        yield WorkerPool(tasks, results, start)
-    finally:
-        for q in tasks:
-            q.put(None)
-        for child in children:
-            child.join(30)
-            if child.is_alive():
-                child.kill()
-                child.join()
-    assert [child.exitcode for child in children] == [0] * PROCESSES
+    with spawned_pool(serve_drf_rounds, topology.caches()) as pool:
+        yield pool
 
 
 def play_round(pool: WorkerPool, allow, address: str) -> tuple[int, bool]:
-    for q in pool.tasks:
-        q.put((address, PROCESS_ATTEMPTS))
-    allowed = [0] * THREADS
-    spans = [(0.0, 0.0)] * THREADS
-
-    def worker(index: int) -> None:
-        pool.start.wait(60)
-        began = time.time()
-        allowed[index] = sum(allow(address) for _ in range(THREAD_ATTEMPTS))
-        spans[index] = (began, time.time())
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    reports = [pool.results.get(timeout=60) for _ in pool.tasks]
-    threads_began, threads_ended = min(s[0] for s in spans), max(s[1] for s in spans)
-    overlapped = all(began < threads_ended and threads_began < ended for _, began, ended in reports)
-    return sum(allowed) + sum(report[0] for report in reports), overlapped
+    return race(pool, (address, PROCESS_ATTEMPTS), lambda: allow(address))
 
 
 def test_every_round_admits_exactly_the_limit(request, settings, topology, keyspace, drf_pool):
