@@ -9,7 +9,8 @@
 # make bench-admin: time the admin's live counters with 1,000,000 keys in Redis.
 # make bench-scaling: commands, bytes and server CPU per decision (docs/scaling.md).
 # make screenshot: retake docs/admin-live-counters.png and docs/admin-charts.png with the browser test.
-# make bench: the benchmarks (docs/performance.md), in their own .venv-bench
+# make bench: the benchmarks (docs/performance.md; bench.dropin_drf: the DRF
+# drop-in against DRF's own throttles), in their own .venv-bench
 # with the peers installed; they start and stop their own redis-server,
 # gunicorn and wrk.
 
@@ -73,6 +74,7 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.decisions $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python -m bench.endtoend $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python -m bench.dropin_ratelimit $(BENCH_ARGS)
+	$(BENCH_VENV)/bin/python -m bench.dropin_drf $(BENCH_ARGS)
 
 $(BENCH_STAMP): setup.cfg pyproject.toml
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)

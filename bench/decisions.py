@@ -31,7 +31,7 @@ from typing import Any
 
 from bench import observability, overrides
 from bench.fallback import fallback
-from bench.flood import flood, flood_rows
+from bench.flood import flood, flood_rows, sustained, sustained_row
 from bench.limiters import INLINE_ROW, LIMITERS, NAMED_ROW, Limiter
 from bench.measure import (
     alternating,
@@ -41,7 +41,8 @@ from bench.measure import (
     ratio,
 )
 from bench.overadmission import over_admission
-from bench.report import bench_parser, check_targets, finish, print_table
+from bench.report import check_targets, print_table
+from bench.runner import bench_main, setup_django
 from tests.redis_server import RedisServer
 
 PACKAGES = (
@@ -61,29 +62,11 @@ COUNTED_DECISIONS = 300
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser(__doc__ or "", "decisions.json", "5 rounds of 20")
-    parser.add_argument("--rounds", type=int, default=100, help="interleaved rounds (default 100)")
-    parser.add_argument("--batch", type=int, default=50, help="decisions per row per round (50)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.batch = 5, 20
-    server = RedisServer()
-    server.start()
-    try:
-        results = run(server, rounds=args.rounds, batch=args.batch)
-    finally:
-        server.close()
-    missed = [target["target"] for target in results["targets"] if not target["met"]]
-    return finish(args.json, results, missed, args.strict)
+    return bench_main(__doc__ or "", "decisions.json", run, argv)
 
 
 def run(server: RedisServer, *, rounds: int, batch: int) -> dict[str, Any]:
-    os.environ["BENCH_REDIS_URL"] = server.url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-    import django
-
-    django.setup()
-    admin = server.client()
+    admin = setup_django(server)
     started = time.monotonic()
     results: dict[str, Any] = {"environment": environment(admin, rounds, batch)}
     print_environment(results["environment"])
@@ -99,6 +82,12 @@ def run(server: RedisServer, *, rounds: int, batch: int) -> dict[str, Any]:
         "Flood from one denied client (limit 100/h, used up): µs per denied decision",
         ["row", "µs median", "p25-p75", "x PING", "commands", "round trips"],
         flood_rows(results["flood"]),
+    )
+    results["flood"]["sustained"] = sustained(admin)
+    print_table(
+        "Sustained flood (sliding_log, deny cache): what resets' propagation costs",
+        ["seconds", "denied hits", "a second", "round trips", "per denied hit", "token reads/s"],
+        [sustained_row(results["flood"]["sustained"])],
     )
     limiters = [limiter for limiter in LIMITERS if limiter.limits_requests]
     results["over_admission"] = over_admission(limiters, server.url)

@@ -28,7 +28,8 @@ from bench.limiters import Limiter
 from bench.measure import commands_and_round_trips, interleaved, ratio
 from bench.overadmission import LIMIT, THREAD_ATTEMPTS, THREADS, race_threads
 from bench.peers import Decide, requests_for
-from bench.report import bench_parser, finish, print_table
+from bench.report import print_table
+from bench.runner import bench_main, setup_django
 from tests.redis_server import RedisServer
 
 POPULATION = 1000
@@ -86,29 +87,11 @@ PAIRS = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser(__doc__ or "", "dropin_ratelimit.json", "5 rounds of 20")
-    parser.add_argument("--rounds", type=int, default=100, help="interleaved rounds (default 100)")
-    parser.add_argument("--batch", type=int, default=50, help="decisions per row per round (50)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.batch = 5, 20
-    server = RedisServer()
-    server.start()
-    try:
-        results = run(server, rounds=args.rounds, batch=args.batch)
-    finally:
-        server.close()
-    missed = [target["target"] for target in results["targets"] if not target["met"]]
-    return finish(args.json, results, missed, args.strict)
+    return bench_main(__doc__ or "", "dropin_ratelimit.json", run, argv)
 
 
 def run(server: RedisServer, *, rounds: int, batch: int) -> dict[str, Any]:
-    os.environ["BENCH_REDIS_URL"] = server.url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-    import django
-
-    django.setup()
-    admin = server.client()
+    admin = setup_django(server)
     started = time.monotonic()
     print(f"{rounds} interleaved rounds of {batch} decisions per row; load {os.getloadavg()}")
     deciders = {name: build(1_000_000, ADDRESSES) for name, build in ROWS.items()}

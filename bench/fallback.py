@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from typing import Any
 
 from bench.measure import alternating
-from bench.report import bench_parser, finish, print_table
+from bench.report import print_table
+from bench.runner import bench_main, setup_django
 from tests.redis_server import RedisServer
 
 POPULATION = 1000
@@ -116,24 +116,11 @@ def _row(name: str, row: dict[str, float], base_us: float) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser(__doc__ or "", "fallback.json", "5 rounds of 20")
-    parser.add_argument("--rounds", type=int, default=100, help="rounds (default 100)")
-    parser.add_argument("--batch", type=int, default=50, help="decisions per row per round (50)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.batch = 5, 20
-    server = RedisServer()
-    server.start()
-    try:
-        os.environ["BENCH_REDIS_URL"] = server.url
-        os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-        import django
+    def run(server: RedisServer, *, rounds: int, batch: int) -> dict[str, Any]:
+        setup_django(server)
+        return fallback(rounds, batch)
 
-        django.setup()
-        results = fallback(args.rounds, args.batch)
-    finally:
-        server.close()
-    return finish(args.json, results, [], False)
+    return bench_main(__doc__ or "", "fallback.json", run, argv)
 
 
 if __name__ == "__main__":

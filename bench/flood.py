@@ -15,10 +15,18 @@ from typing import Any
 import redis
 
 from bench.limiters import ALGORITHMS, policy_name
-from bench.measure import commands_and_round_trips, interleaved, ratio
+from bench.measure import (
+    SendCounter,
+    command_calls,
+    commands_and_round_trips,
+    interleaved,
+    ratio,
+)
 
 FLOOD_DECISIONS = 20_000
 UNCACHED_DECISIONS = 2_000
+#: How long the sustained flood lasts: long enough for the reset token's reads.
+SUSTAINED_SECONDS = 5.0
 
 
 def flood(server: redis.Redis, *, rounds: int, batch: int) -> dict[str, Any]:
@@ -54,6 +62,55 @@ def flood(server: redis.Redis, *, rounds: int, batch: int) -> dict[str, Any]:
     return results
 
 
+def sustained(server: redis.Redis, seconds: float = SUSTAINED_SECONDS) -> dict[str, Any]:
+    """Flood one used-up client for ``seconds``; return the Redis cost per denied hit.
+
+    A deny cache trusts its entries for 1 s after each read of the reset
+    token (``reset_epoch.py``): over a flood of several seconds, what
+    resets cost a process is those reads, at most one a second. Counted as
+    redis-py sends of this process, and as commands the server ran
+    (``INFO commandstats``, script internals included).
+    """
+    import time
+
+    from django_rl import get_policy
+
+    policy = get_policy(f"{policy_name('sliding_log', 100)}-flood")
+    identity = "ip:192.0.2.250"
+    for _ in range(100):
+        assert policy.hit(identity).allowed
+    # The process's first denial reads the token (the baseline); the next is remembered.
+    assert [policy.hit(identity).allowed for _ in range(2)] == [False, False]
+    assert policy.denials is not None
+    reads = policy.denials.token_reads
+    counter = SendCounter()
+    before = command_calls(server)
+    denied = 0
+    with counter.counting():
+        started = time.monotonic()
+        end = started + seconds
+        while time.monotonic() < end:
+            for _ in range(100):
+                assert not policy.hit(identity).allowed
+            denied += 100
+        elapsed = time.monotonic() - started
+        sends = counter.sends
+    after = command_calls(server)
+    ran = sum(n - before.get(name, 0) for name, n in after.items() if name != "info")
+    token_reads = policy.denials.token_reads - reads
+    return {
+        "seconds": round(elapsed, 2),
+        "denied": denied,
+        "denied_per_second": denied / elapsed,
+        "round_trips": sends,
+        "round_trips_per_denied": sends / denied,
+        "commands_ran": ran,
+        "commands_per_denied": ran / denied,
+        "token_reads": token_reads,
+        "token_reads_per_second": token_reads / elapsed,
+    }
+
+
 def _denied(policy: Any, identity: str) -> Any:
     hit = policy.hit
 
@@ -80,3 +137,15 @@ def flood_rows(results: Mapping[str, Any]) -> list[list[str]]:
             ]
         )
     return table
+
+
+def sustained_row(row: Mapping[str, Any]) -> list[str]:
+    """Return the table row of :func:`sustained`."""
+    return [
+        f"{row['seconds']:.1f}",
+        f"{row['denied']:,}",
+        f"{row['denied_per_second']:,.0f}",
+        str(row["round_trips"]),
+        f"{row['round_trips_per_denied']:.6f}",
+        f"{row['token_reads_per_second']:.2f}",
+    ]

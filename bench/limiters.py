@@ -32,6 +32,7 @@ from bench.peers import (
     Build,
     Decide,
     django_ratelimit,
+    drf_dropin,
     drf_throttle,
     limits_strategy,
     requests_for,
@@ -264,4 +265,11 @@ LIMITERS += [
     Limiter("django-smart-ratelimit sliding window", "peer", smart_ratelimit("sliding_window")),
     Limiter("django-smart-ratelimit fixed window", "peer", smart_ratelimit("fixed_window")),
 ]
-BY_NAME = {limiter.name: limiter for limiter in LIMITERS}
+#: The drop-ins, each beside the original it replaces (bench/dropin_*.py);
+#: not in the speed table of bench.decisions.
+DRF_ORIGINAL = "DRF AnonRateThrottle (django-redis)"
+DRF_DROPIN = "django_rl.contrib.drf AnonRateThrottle"
+DROPIN_LIMITERS: list[Limiter] = [
+    Limiter(DRF_DROPIN, "dropin", drf_dropin),
+]
+BY_NAME = {limiter.name: limiter for limiter in [*LIMITERS, *DROPIN_LIMITERS]}

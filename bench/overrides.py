@@ -22,14 +22,13 @@ decision path.
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from bench.measure import Decide, alternating, commands_and_round_trips
+from bench.runner import compare_main
 
 PLAIN = "fw-1000000"
 OVERRIDDEN = "fw-1000000-overrides"
@@ -114,24 +113,7 @@ def compare(admin: Any, addresses: Sequence[str], *, decisions: int) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tests.redis_server import RedisServer
-
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--decisions", type=int, default=10_000, help="timed, in all (10,000)")
-    args = parser.parse_args(argv)
-    server = RedisServer()
-    server.start()
-    try:
-        os.environ["BENCH_REDIS_URL"] = server.url
-        os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-        import django
-
-        django.setup()
-        addresses = [f"10.0.{i // 256}.{i % 256}" for i in range(1000)]
-        compare(server.client(), addresses, decisions=args.decisions)
-    finally:
-        server.close()
-    return 0
+    return compare_main(__doc__ or "", compare, argv)
 
 
 if __name__ == "__main__":

@@ -151,6 +151,18 @@ def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             f"{row['ping_ratio'] * 100:.1f}%",
             row["ping_ratio"] <= 0.05,
         )
+    held = results["flood"].get("sustained")
+    if held is not None:
+        target(
+            "sustained flood: Redis round trips per denied hit <= 0.01",
+            f"{held['round_trips_per_denied']:.6f}",
+            held["round_trips_per_denied"] <= 0.01,
+        )
+        target(
+            "sustained flood: reset propagation <= 1 command a second per process",
+            f"{held['token_reads_per_second']:.2f}/s",
+            held["token_reads_per_second"] <= 1,
+        )
     print_table(
         "Targets",
         ["target", "figure", "met"],

@@ -30,7 +30,8 @@ DECISION_COMMANDS = (
 )  # fmt: skip
 #: The admin page and ``manage.py ratelimit``: walk and read the app's keys;
 #: the overrides' change marker (``SET``, granted above, when one is saved;
-#: ``GET`` to poll).
+#: ``GET`` to poll); the reset token (``reset_epoch.py``: ``SET`` by every
+#: reset, ``GET`` and ``SET`` inside its script).
 ADMIN_COMMANDS = ("scan", "dbsize", "exists", "type")
 #: Naming the connection (``?client_name=`` in the URL; redis-py sends it on connect).
 CONNECTION_COMMANDS = ("client|setname",)

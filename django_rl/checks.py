@@ -28,6 +28,7 @@ django_rl.E052  a DRF view's throttle_policies is not a list of names
 django_rl.E080  IP_META_KEY is not None, a request.META key or a usable function
 django_rl.E081  IPV4_PREFIX is not a whole number from 1 to 32
 django_rl.E082  IPV6_PREFIX is not a whole number from 1 to 128
+django_rl.E090  a rate of the DRF drop-in does not parse (contrib/drf_checks.py)
 =============== ==========================================================
 
 ``django_rl.W020`` warns about a ``sliding_log`` whose log can take more
@@ -57,6 +58,7 @@ from django.utils.module_loading import import_string
 from django_rl.algorithms import ALGORITHMS, StaticAlgorithm
 from django_rl.conf import DEFAULTS, raw_settings
 from django_rl.connection_checks import connection_warnings
+from django_rl.contrib import drf_checks  # noqa: F401  (registers the DRF drop-in's check)
 from django_rl.inline import url_specs
 from django_rl.plans import is_rate_function
 from django_rl.policies import registered_policies

@@ -16,9 +16,16 @@ then, so no hit Redis would allow is ever denied here:
   would be told too short a Retry-After, so both go to Redis.
 
 Only removing the state can make such a hit pass before R. ``Policy.reset``
-forgets the entry in this process; other processes keep denying until their
-own entry ends, at most min(R, ``DENY_CACHE_MAX_AGE``) after they were told.
-The same holds after the keys are deleted by hand or the database is flushed.
+forgets the entry in this process, and writes a new reset token that every
+other process reads before trusting its entries (``reset_epoch.py``): a
+process answers from its cache only while its last read of the token is
+less than ``reset_epoch.CHECK_INTERVAL`` (1 s) old, and drops the entries
+remembered before a read that finds another token. So a reset anywhere, or
+a flush of the database (which removes the token), is honoured by every
+process within 1 s, at the cost of at most one read a second per process
+that answers denials (none in a process that answers none). Keys deleted
+by hand (not by a flush) are seen when the entry ends, at most
+min(R, ``DENY_CACHE_MAX_AGE``) later.
 
 The entry ends before Redis would allow the hit: R is counted from when the
 request was sent (before the server read its clock), less 1 ms for the
@@ -41,6 +48,7 @@ from collections.abc import Callable
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from django_rl import reset_epoch
 from django_rl.conf import get_settings
 from django_rl.decision import Decision
 
@@ -49,15 +57,28 @@ from django_rl.decision import Decision
 CLOCK_RATE_MARGIN = 0.001
 #: Redis computes times in whole milliseconds.
 ROUNDING_MARGIN = 0.001
+#: No reset token read yet (or the last read failed).
+_UNREAD = object()
 
 
 class _Denial:
     """One remembered denial (times on the cache's clock, in seconds)."""
 
-    __slots__ = ("any_cost", "last", "limit", "policy", "reset_at", "retry_at", "until", "window")
+    __slots__ = (
+        "any_cost",
+        "asked_at",
+        "last",
+        "limit",
+        "policy",
+        "reset_at",
+        "retry_at",
+        "until",
+        "window",
+    )
 
     def __init__(
         self,
+        asked_at: float,
         until: float,
         retry_at: float,
         reset_at: float,
@@ -66,6 +87,7 @@ class _Denial:
         policy: str,
         window: int | None = None,
     ) -> None:
+        self.asked_at = asked_at  # when the hit Redis denied was sent
         self.until = until  # answer locally while the clock reads less than this
         self.retry_at = retry_at
         self.reset_at = reset_at
@@ -91,6 +113,14 @@ class DenyCache:
         Retry-After: this bounds how long other processes keep denying after
         a reset.
     :param clock: a monotonic clock in seconds (injected by tests).
+    :param read_token: ``read_token(fresh)`` returns the reset token now in
+        force, writing ``fresh`` if there is none, or raises (see
+        ``reset_epoch.read_token``); ``None``: entries are trusted until they
+        end (no reset in another process is seen). The first denial this
+        cache is told of is not remembered: the token is read then, as the
+        baseline of later reads.
+    :param check_interval: the longest, in seconds, entries are trusted
+        after the token was last read (from before the read was sent).
     """
 
     def __init__(
@@ -98,6 +128,9 @@ class DenyCache:
         max_entries: int,
         max_age: float,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        read_token: Callable[[str], object] | None = None,
+        check_interval: float = 1.0,
     ) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, not {max_entries}")
@@ -106,6 +139,19 @@ class DenyCache:
         self.clock = clock
         self._entries: dict[str, _Denial] = {}
         self._lock = threading.Lock()
+        self.read_token = read_token
+        self.check_interval = check_interval
+        #: The token last read (``_UNREAD``: none yet, or the read failed).
+        self._token: object = _UNREAD
+        #: When the read that found ``_token`` was sent; entries are trusted
+        #: until ``check_interval`` after it.
+        self._confirmed_at = -math.inf
+        #: When the last read that dropped entries was sent: a denial asked
+        #: of Redis before then may predate the reset, and is not remembered.
+        self._cleared_at = -math.inf
+        self._checking = threading.Lock()
+        #: Reads of the token so far (the bench and tests count them).
+        self.token_reads = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -126,6 +172,8 @@ class DenyCache:
             self._drop(key, entry)
             return None
         if cost != 1 and not entry.any_cost:
+            return None
+        if now - self._confirmed_at >= self.check_interval and not self._confirm():
             return None
         # Whole milliseconds, rounded up, as Redis's own answers are.
         retry_ms = math.ceil((entry.retry_at - now) * 1000)
@@ -160,9 +208,16 @@ class DenyCache:
             return
         lasts = decision.retry_after * (1 - CLOCK_RATE_MARGIN) - ROUNDING_MARGIN
         until = asked_at + min(lasts, self.max_age)
-        if until <= self.clock():
+        if until <= self.clock() or asked_at < self._cleared_at:
+            return
+        if self._token is _UNREAD and self.read_token is not None:
+            # No token read yet: read one now (written if there is none), as
+            # the baseline of later reads. This denial was asked for before
+            # it, so it is not remembered; the next one will be.
+            self.read_baseline()
             return
         entry = _Denial(
+            asked_at,
             until,
             asked_at + decision.retry_after,
             asked_at + decision.reset_after,
@@ -178,15 +233,83 @@ class DenyCache:
                 del self._entries[next(iter(self._entries))]
             self._entries[key] = entry
 
+    def read_baseline(self) -> None:
+        """Read the reset token, so that the denials Redis gives from now on are remembered.
+
+        Done when Redis first denies a hit in this process (or after a read
+        failed), one round trip; a process or a test may do it beforehand.
+        """
+        if self.read_token is None or not self._checking.acquire(blocking=False):
+            return
+        try:
+            started = self.clock()
+            self.token_reads += 1
+            try:
+                token: object = self.read_token(reset_epoch.new_token())
+            except Exception:  # Redis cannot answer: nothing is remembered
+                return
+            self._changed(token, started)
+            self._confirmed_at = started
+        finally:
+            self._checking.release()
+
+    def _changed(self, token: object, started: float) -> None:
+        """Take ``token`` as the one in force; drop what was asked before ``started``."""
+        self._token = token
+        self._cleared_at = started
+        with self._lock:
+            for key, entry in list(self._entries.items()):
+                if entry.asked_at < started:
+                    del self._entries[key]
+
+    def _confirm(self) -> bool:
+        """Read the reset token; return whether the entries still hold.
+
+        ``False`` when another thread is reading it (ask Redis meanwhile),
+        when it changed (the entries remembered before are dropped), or
+        when it cannot be read (likewise: the cache cannot vouch for them).
+        Without ``read_token``, entries always hold.
+        """
+        if self.read_token is None:
+            self._confirmed_at = math.inf
+            return True
+        if not self._checking.acquire(blocking=False):
+            return False
+        try:
+            started = self.clock()
+            self.token_reads += 1
+            try:
+                token: object = self.read_token(reset_epoch.new_token())
+            except Exception:  # Redis cannot answer: hits ask it, and fail_open decides
+                token = _UNREAD
+            if token is not _UNREAD and token == self._token:
+                self._confirmed_at = started
+                return True
+            # Changed, never read before, or unreadable: what was remembered
+            # before this read may be about state that is gone.
+            self._changed(token, started)
+            if token is not _UNREAD:
+                self._confirmed_at = started
+            return False
+        finally:
+            self._checking.release()
+
     def forget(self, key: str) -> None:
         """Drop the entry of ``key``, if any (``Policy.reset`` calls this)."""
         with self._lock:
             self._entries.pop(key, None)
 
     def clear(self) -> None:
-        """Drop every entry."""
+        """Drop every entry, and the reset token read: the next denial reads it again.
+
+        As in a new process: the first denial Redis gives next is not
+        remembered (the token is read then), the ones after it are.
+        """
         with self._lock:
             self._entries.clear()
+            self._token = _UNREAD
+            self._confirmed_at = -math.inf
+            self._cleared_at = -math.inf
 
     def _drop(self, key: str, entry: _Denial) -> None:
         with self._lock:
@@ -204,7 +327,12 @@ def get_deny_cache() -> DenyCache | None:
     settings = get_settings()
     if settings.deny_cache_size == 0:
         return None
-    return DenyCache(settings.deny_cache_size, settings.deny_cache_max_age)
+    return DenyCache(
+        settings.deny_cache_size,
+        settings.deny_cache_max_age,
+        read_token=reset_epoch.read_token,
+        check_interval=reset_epoch.CHECK_INTERVAL,
+    )
 
 
 @receiver(setting_changed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -19,6 +19,7 @@ from django.dispatch import receiver
 from django_rl.algorithms import Algorithm
 from django_rl.backends import get_backend, health
 from django_rl.conf import Settings, get_settings
+from django_rl.contrib import dropin_names, dropin_policies
 from django_rl.deny_cache import get_deny_cache
 from django_rl.exceptions import ConfigurationError, UnknownPolicy
 from django_rl.fallback import LocalFallback, get_fallback_store
@@ -213,32 +214,6 @@ def inline_policy(spec: InlineSpec) -> Policy:
     )
 
 
-#: A source of policies besides settings, code and the URLconf: a drop-in
-#: (``contrib.ratelimit``) whose policies are made by its own calls. It returns
-#: the policies it knows, by name; names are inline ones (``@group``).
-PolicySource = Callable[[], Mapping[str, list[Policy]]]
-_sources: list[PolicySource] = []
-
-
-def add_policy_source(source: PolicySource) -> None:
-    """Let the admin, ``manage.py ratelimit`` and reset see the policies ``source`` knows."""
-    if source not in _sources:
-        _sources.append(source)
-
-
-def source_policies() -> dict[str, list[Policy]]:
-    """Return the policies of the sources (``add_policy_source``), by name."""
-    return _from_sources()
-
-
-def _from_sources() -> dict[str, list[Policy]]:
-    found: dict[str, list[Policy]] = {}
-    for source in _sources:
-        for name, policies in source().items():
-            found.setdefault(name, []).extend(policies)
-    return found
-
-
 def policies_named(name: str, *, strict: bool = True) -> list[Policy]:
     """Return the policies that keep state under ``name``.
 
@@ -249,6 +224,8 @@ def policies_named(name: str, *, strict: bool = True) -> list[Policy]:
     :raises UnknownPolicy: if no policy has that name (with ``strict``).
     :raises ConfigurationError: for an invalid one (with ``strict``).
     """
+    if not name.startswith("@") and name in _dropin_names():
+        return [policy for policy in dropin_policies() if policy.name == name]
     if not name.startswith("@"):
         try:
             return [get_policy(name)]
@@ -265,7 +242,8 @@ def policies_named(name: str, *, strict: bool = True) -> list[Policy]:
         except ConfigurationError:
             if strict:
                 raise
-    found += _from_sources().get(name, [])
+    # django-ratelimit's drop-in names its policies as inline ones (@group).
+    found += [policy for policy in dropin_policies() if policy.name == name]
     if not found and strict:
         raise UnknownPolicy(
             f"No inline policy named {name!r}",
@@ -275,10 +253,17 @@ def policies_named(name: str, *, strict: bool = True) -> list[Policy]:
 
 
 def policy_names() -> list[str]:
-    """Return the name of every policy: in settings, in code, then inline ones."""
+    """Return the name of every policy: in settings, in code, inline ones, then the drop-ins'."""
     named = sorted({*get_settings().policies, *registered_policies()})
-    inline = sorted({*(spec.name for spec in url_specs()), *_from_sources()} - set(named))
-    return named + inline
+    inline = sorted({spec.name for spec in url_specs()} - set(named))
+    dropins = [name for name in dropin_names() if name not in named and name not in inline]
+    return named + inline + dropins
+
+
+def _dropin_names() -> set[str]:
+    """Return the names of the drop-ins' policies (``django_rl.contrib``) not defined otherwise."""
+    names = set(dropin_names())
+    return names - {*get_settings().policies, *registered_policies()} if names else names
 
 
 def all_policies() -> list[Policy]:
@@ -321,8 +306,6 @@ def _forget_policies(*, setting: str, **kwargs: object) -> None:
 __all__ = [
     "DEGRADED_RETRY_AFTER",
     "Policy",
-    "PolicySource",
-    "add_policy_source",
     "all_policies",
     "build_policy",
     "get_policy",
@@ -332,6 +315,5 @@ __all__ = [
     "policy_names",
     "register_policy",
     "registered_policies",
-    "source_policies",
     "unregister_policy",
 ]

@@ -15,6 +15,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from django_rl import reset_epoch
 from django_rl.algorithms import Algorithm, ParameterError, StaticAlgorithm, Unlimited
 from django_rl.backends import Backend, RedisNode
 from django_rl.decision import Decision
@@ -397,8 +398,9 @@ class Policy:
         A per-plan policy finds its rates in the rate catalogue (``plans.py``)
         and in this process. Also forgets the identity's entries in this
         process's deny cache and its count in this process's outage fallback
-        (even when Redis cannot answer); other processes keep theirs (see
-        ``deny_cache.py`` and ``fallback.py``).
+        (even when Redis cannot answer). Other processes' deny caches drop
+        their entries within 1 s (the reset token, ``reset_epoch.py``); their
+        outage fallbacks keep their counts (``fallback.py``).
 
         :raises BackendError: if Redis cannot answer.
         """
@@ -410,7 +412,11 @@ class Policy:
             if not keys:
                 return 0
             # An identity's keys share its hash tag: one slot, one node.
-            return self.backend.run(keys[0], self._delete, variants, keys)
+            deleted: int = self.backend.run(keys[0], self._delete, variants, keys)
+            # After the delete: other processes' deny caches drop what they
+            # remembered within reset_epoch.CHECK_INTERVAL (see deny_cache.py).
+            reset_epoch.bump()
+            return deleted
         except RedisError as exc:
             raise BackendError(f"could not reset policy {self.name!r}: {exc}") from exc
         finally:

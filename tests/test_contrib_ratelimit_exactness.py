@@ -10,10 +10,8 @@ included (django-ratelimit's counting): 480 a round.
 
 from __future__ import annotations
 
-import multiprocessing
-import threading
-import time
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 from django.test import RequestFactory
@@ -22,66 +20,31 @@ from django_rl.contrib.ratelimit import store
 from django_rl.contrib.ratelimit.core import get_usage
 from tests import figures
 from tests.conftest import start_of_fresh_window
+from tests.races import (
+    PROCESS_ATTEMPTS,
+    PROCESSES,
+    THREAD_ATTEMPTS,
+    THREADS,
+    WorkerPool,
+    race,
+    spawned_pool,
+)
 from tests.workers_ratelimit import GROUP, RATE, hit, serve_rounds
 
 pytestmark = pytest.mark.slow
 
 LIMIT = 100
 ROUNDS = 10
-THREADS = 16
-PROCESSES = 4
-THREAD_ATTEMPTS = 20
-PROCESS_ATTEMPTS = 40
 
 
 @pytest.fixture(scope="module")
-def pool(topology):
-    context = multiprocessing.get_context("spawn")
-    start = context.Barrier(THREADS + PROCESSES)
-    results = context.Queue()
-    tasks = [context.Queue() for _ in range(PROCESSES)]
-    caches = topology.caches()
-    children = [
-        context.Process(target=serve_rounds, args=(caches, q, results, start)) for q in tasks
-    ]
-    for child in children:
-        child.start()
-    try:
-        assert [results.get(timeout=60) for _ in children] == ["ready"] * PROCESSES
-        yield tasks, results, start
-    finally:
-        for q in tasks:
-            q.put(None)
-        for child in children:
-            child.join(30)
-            if child.is_alive():
-                child.kill()
-                child.join()
-    assert [child.exitcode for child in children] == [0] * PROCESSES
+def pool(topology) -> Iterator[WorkerPool]:
+    with spawned_pool(serve_rounds, topology.caches()) as found:
+        yield found
 
 
-def play_round(pool, identity: str) -> tuple[int, bool]:
-    tasks, results, start = pool
-    for q in tasks:
-        q.put((identity, PROCESS_ATTEMPTS))
-    allowed = [0] * THREADS
-    spans = [(0.0, 0.0)] * THREADS
-
-    def worker(index: int) -> None:
-        start.wait(60)
-        began = time.time()
-        allowed[index] = sum(hit(identity) for _ in range(THREAD_ATTEMPTS))
-        spans[index] = (began, time.time())
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    reports = [results.get(timeout=60) for _ in tasks]
-    began, ended = min(s[0] for s in spans), max(s[1] for s in spans)
-    overlapped = all(b < ended and began < e for _, b, e in reports)
-    return sum(allowed) + sum(report[0] for report in reports), overlapped
+def play_round(pool: WorkerPool, identity: str) -> tuple[int, bool]:
+    return race(pool, (identity, PROCESS_ATTEMPTS), lambda: hit(identity))
 
 
 def test_every_round_admits_exactly_the_limit_and_counts_every_call(

@@ -8,7 +8,7 @@ import pytest
 from django.core.checks import Error
 from django.test import override_settings
 
-from django_rl import Decision, get_policy
+from django_rl import Decision, get_policy, reset_epoch
 from django_rl.checks import check_settings
 from django_rl.deny_cache import DenyCache, get_deny_cache
 from tests.conftest import server_ms, sleep_until
@@ -167,6 +167,9 @@ def use_up(policy, identity=ID):
 
 def test_a_flood_after_a_denial_sends_redis_nothing(policy, redis_client):
     use_up(policy)
+    # The process's first denial is not remembered: the reset token is
+    # read then (reset_epoch.py), as the baseline of later reads.
+    assert not policy.hit(ID).allowed
     first = policy.hit(ID)
     assert not first.allowed
     flood = []
@@ -187,8 +190,8 @@ def test_reset_forgets_the_denial_in_this_process(policy):
     assert (decision.allowed, decision.remaining) == (True, 2)
 
 
-def test_other_processes_keep_denying_until_their_entry_ends(policy):
-    # Two processes: two deny caches over one Redis.
+def test_a_cache_without_the_reset_token_keeps_denying_until_its_entry_ends(policy):
+    # Two processes: two deny caches over one Redis; the other reads no token.
     other = copy.copy(policy)
     other.denials = DenyCache(10, 60)
     use_up(policy)
@@ -197,6 +200,76 @@ def test_other_processes_keep_denying_until_their_entry_ends(policy):
     policy.reset(ID)
     assert policy.hit(ID).allowed
     assert other.hit(ID).allowed is False  # from its own cache, for now
+
+
+def other_process(policy, clock):
+    """A copy of ``policy`` with a deny cache of its own, as another process has, on ``clock``."""
+    other = copy.copy(policy)
+    other.denials = DenyCache(
+        10, 60, clock, read_token=reset_epoch.read_token, check_interval=reset_epoch.CHECK_INTERVAL
+    )
+    return other
+
+
+def test_other_processes_honour_a_reset_within_the_check_interval(policy, redis_client, clock):
+    other = other_process(policy, clock)
+    use_up(policy)
+    assert not other.hit(ID).allowed  # the first denial: the token is read
+    assert not other.hit(ID).allowed  # denied by Redis, remembered
+    sent = commands_sent(redis_client, lambda: other.hit(ID))
+    assert sent == {"info": 0}  # from its cache
+    policy.reset(ID)
+    clock.now += reset_epoch.CHECK_INTERVAL - 0.001
+    assert other.hit(ID).allowed is False  # the token was read less than 1 s ago
+    clock.now += 0.001
+    decision = other.hit(ID)  # reads the token: another one; the entry goes
+    assert (decision.allowed, decision.remaining) == (True, 2)
+    assert other.denials.token_reads == 2
+
+
+def test_a_flush_is_honoured_within_the_check_interval(policy, redis_client, clock):
+    other = other_process(policy, clock)
+    use_up(policy)
+    assert [other.hit(ID).allowed for _ in range(2)] == [False, False]
+    redis_client.flushdb()  # what Django's cache.clear() sends through django-redis
+    assert other.hit(ID).allowed is False
+    clock.now += reset_epoch.CHECK_INTERVAL
+    assert other.hit(ID).allowed  # the token is gone: a change
+    # A second flush removes the token the read wrote: seen too.
+    redis_client.flushdb()
+    use_up(policy)
+    assert [other.hit(ID).allowed for _ in range(2)] == [False, False]
+    redis_client.flushdb()
+    clock.now += reset_epoch.CHECK_INTERVAL
+    assert other.hit(ID).allowed
+
+
+def test_the_token_is_read_at_most_once_per_interval_however_long_the_flood(
+    policy, redis_client, clock
+):
+    other = other_process(policy, clock)
+    use_up(policy)
+    assert [other.hit(ID).allowed for _ in range(2)] == [False, False]
+    reads = other.denials.token_reads
+    start = clock.now
+
+    def ten_seconds_of_flood():
+        for i in range(20_000):  # 2,000 hits a second
+            clock.now = start + i / 2_000
+            assert other.hit(ID).allowed is False
+
+    sent = commands_sent(redis_client, ten_seconds_of_flood)
+    # One token read a second (the first at 1 s), and no hit sent.
+    assert other.denials.token_reads - reads == 9
+    # (commandstats also counts the GET the script runs inside each EVALSHA)
+    assert sent == {"info": 0, "evalsha": 9, "get": 9}
+    assert 0 < redis_client.pttl("rl:~epoch") <= reset_epoch.TOKEN_TTL_MS
+
+
+def test_a_process_that_answers_no_denial_reads_no_token(policy, redis_client):
+    use_up(policy)  # allowed only: no denial to vouch for
+    assert policy.denials.token_reads == 0
+    assert not redis_client.exists("rl:~epoch")
 
 
 def test_peek_always_asks_redis(policy, redis_client):
@@ -224,6 +297,7 @@ def test_a_heavier_denial_is_not_remembered(settings, redis_client, name):
 def test_a_fixed_window_denial_answers_every_cost(settings, redis_client):
     settings.DJANGO_RL = {"POLICIES": {"p": ALGORITHMS["fixed_window"]}}
     policy = get_policy("p")
+    policy.denials.read_baseline()  # else the first denial only reads the reset token
     use_up(policy)
     assert not policy.hit(ID).allowed
     sent = commands_sent(redis_client, lambda: policy.hit(ID, cost=3))
@@ -236,6 +310,7 @@ def test_the_cache_ends_by_the_time_redis_would_allow(settings, redis_client):
         "POLICIES": {"p": {"algorithm": "token_bucket", "capacity": 1, "rate": "10/s"}}
     }
     policy = get_policy("p")
+    policy.denials.read_baseline()
     assert policy.hit(ID).allowed
     sent_at = server_ms(redis_client)
     denial = policy.hit(ID)

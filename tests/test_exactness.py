@@ -17,18 +17,22 @@ every round of it.
 
 from __future__ import annotations
 
-import multiprocessing
-import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
 from tests import figures
 from tests.conftest import start_of_fresh_window
+from tests.races import (
+    PROCESS_ATTEMPTS,
+    PROCESSES,
+    THREAD_ATTEMPTS,
+    THREADS,
+    WorkerPool,
+    race,
+    spawned_pool,
+)
 from tests.workers import peek, policy_and_hit, serve_rounds
 
 pytestmark = pytest.mark.slow
@@ -48,78 +52,22 @@ NAMES = [*POLICIES, "inline"]
 ALGORITHM = {**{n: spec["algorithm"] for n, spec in POLICIES.items()}, "inline": "fixed_window"}
 LIMIT = 100
 ROUNDS = 30
-THREADS = 16
-PROCESSES = 4
-THREAD_ATTEMPTS = 20
-PROCESS_ATTEMPTS = 40
 SECTION = (
     f"exactness under load ({THREADS} threads x {THREAD_ATTEMPTS} + {PROCESSES} processes "
     f"x {PROCESS_ATTEMPTS} attempts a round, limit {LIMIT})"
 )
 
 
-@dataclass
-class WorkerPool:
-    tasks: list[Any]
-    results: Any
-    start: Any
-
-
 @pytest.fixture(scope="module")
 def worker_pool(topology) -> Iterator[WorkerPool]:
-    context = multiprocessing.get_context("spawn")
-    start = context.Barrier(THREADS + PROCESSES)
-    results = context.Queue()
-    tasks = [context.Queue() for _ in range(PROCESSES)]
-    caches = topology.caches()
-    children = [
-        context.Process(target=serve_rounds, args=(caches, POLICIES, q, results, start))
-        for q in tasks
-    ]
-    for child in children:
-        child.start()
-    try:
-        assert [results.get(timeout=60) for _ in children] == ["ready"] * PROCESSES
-        yield WorkerPool(tasks, results, start)
-    finally:
-        for q in tasks:
-            q.put(None)
-        for child in children:
-            child.join(30)
-            if child.is_alive():
-                child.kill()
-                child.join()
-    assert [child.exitcode for child in children] == [0] * PROCESSES
+    with spawned_pool(serve_rounds, topology.caches(), POLICIES) as pool:
+        yield pool
 
 
 def play_round(pool: WorkerPool, name: str, identity: str, cost: int) -> tuple[int, bool]:
-    """Hit ``identity`` from every thread and process at once.
-
-    Return the hits allowed, and whether every process was hitting while the
-    threads were (the barrier sees to it, unless the machine is so busy that
-    a process finishes before this one's threads get to run).
-    """
+    """Hit ``identity`` from every thread and process at once (``tests/races.py``)."""
     _, hit = policy_and_hit(name)
-    for q in pool.tasks:
-        q.put((name, identity, PROCESS_ATTEMPTS, cost))
-    allowed = [0] * THREADS
-    spans = [(0.0, 0.0)] * THREADS
-
-    def worker(index: int) -> None:
-        pool.start.wait(60)
-        began = time.time()
-        allowed[index] = sum(hit(identity, cost).allowed for _ in range(THREAD_ATTEMPTS))
-        spans[index] = (began, time.time())
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    reports = [pool.results.get(timeout=60) for _ in pool.tasks]
-    threads_began, threads_ended = min(s[0] for s in spans), max(s[1] for s in spans)
-    overlapped = all(began < threads_ended and threads_began < ended for _, began, ended in reports)
-    return sum(allowed) + sum(report[0] for report in reports), overlapped
+    return race(pool, (name, identity, PROCESS_ATTEMPTS, cost), lambda: hit(identity, cost).allowed)
 
 
 @pytest.mark.parametrize("cost", [1, 3])

@@ -72,6 +72,8 @@ def test_both_front_doors_limit(redis_server):
         '\'django_rl_decisions_total{policy="search",result="shadow_denied"} 2.0\']',
     ]
     client = redis_server.client()
+    # The counters (not the app's own keys, rl-example:~...: the reset token,
+    # the history).
     counters = [key for key in client.keys("rl-example:*") if b":~" not in key]
     assert len(counters) == 4
     # The process wrote its history as it exited (the charts' data).

@@ -23,7 +23,10 @@ from django_rl.keys import MAX_IDENTITY_LENGTH, fingerprint, key_for, safe_ident
 from tests.properties import PURE, WITH_REDIS
 
 #: Every key django_rl writes, by its format (DESIGN.md, "Redis keys").
-KEY = re.compile(r"rl:[A-Za-z0-9._-]{1,64}:\{[A-Za-z0-9.:_@~-]{1,100}\}:[0-9a-f]{8}(:[0-9]+)?")
+#: A counter's key, or the reset token (reset_epoch.py), which has a TTL too.
+KEY = re.compile(
+    r"rl:~epoch|rl:[A-Za-z0-9._-]{1,64}:\{[A-Za-z0-9.:_@~-]{1,100}\}:[0-9a-f]{8}(:[0-9]+)?"
+)
 #: What SCAN's MATCH treats specially, and what breaks a Redis Cluster hash tag.
 GLOB_OR_BRACE = re.compile(r"[*?\[\]\\^{}]")
 

@@ -143,3 +143,45 @@ def hit_through_an_outage(
         go.wait(60)
         decisions = [policy.hit(identity) for _ in range(attempts)]
     results.put((sum(d.allowed for d in decisions), sum(d.fallback for d in decisions)))
+
+
+#: The DRF drop-in's throttle of the exactness suite: DRF's AnonRateThrottle
+#: at a rate of its own, as a project writes one.
+DRF_RATE = "100/hour"
+
+
+def drf_throttle_and_allow() -> Any:
+    """Return ``allow(address) -> bool``: a new drop-in throttle per request, as DRF makes them."""
+    from rest_framework.request import Request
+    from rest_framework.test import APIRequestFactory
+
+    from django_rl.contrib.drf import AnonRateThrottle
+
+    throttle = type("Exact", (AnonRateThrottle,), {"rate": DRF_RATE, "scope": "exact"})
+    factory = APIRequestFactory()
+
+    def allow(address: str) -> bool:
+        request = Request(factory.get("/", REMOTE_ADDR=address))
+        return bool(throttle().allow_request(request, None))
+
+    return allow
+
+
+def serve_drf_rounds(caches: dict[str, Any], tasks: Any, results: Any, start: Any) -> None:
+    """As :func:`serve_rounds`, through the DRF drop-in: a task is ``(address, attempts)``."""
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    import django
+
+    django.setup()
+    from django.test import override_settings
+
+    with override_settings(CACHES=caches, DJANGO_RL={}):
+        allow = drf_throttle_and_allow()
+        allow("192.0.2.254")  # connect, measure the clock, load the script
+        results.put("ready")
+        while (task := tasks.get()) is not None:
+            address, attempts = task
+            start.wait(60)
+            began = time.time()
+            allowed = sum(allow(address) for _ in range(attempts))
+            results.put((allowed, began, time.time()))

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from django_rl.backends import RedisNode
 
 R = TypeVar("R", bound="RateAlgorithm")
+B = TypeVar("B", bound="BucketAlgorithm")
 
 
 class ParameterError(ValueError):
@@ -157,6 +158,45 @@ class RateAlgorithm:
     @property
     def description(self) -> str:
         return f"{self.name} {self.rate}"
+
+
+def whole_count(name: str, value: object) -> int:
+    """Return ``value`` if it is a whole number from 1 to ``MAX_COUNT``, else raise.
+
+    :raises ParameterError: naming the parameter (``capacity``, ``burst``).
+    """
+    from django_rl.rates import MAX_COUNT
+    from django_rl.reprs import short_repr
+
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParameterError(f"{name} must be a whole number, not {short_repr(value)}")
+    if not 1 <= value <= MAX_COUNT:
+        raise ParameterError(f"{name} must be between 1 and {MAX_COUNT:,}, not {short_repr(value)}")
+    return value
+
+
+class BucketAlgorithm:
+    """The shared half of the algorithms of a rate and a size (``token_bucket``, ``gcra``).
+
+    ``size_parameter`` names the size's policy key; the class is built as
+    ``cls(size, rate)``. A static rate (``None``, ``"0/<period>"``) makes a
+    static algorithm, the size still judged.
+    """
+
+    size_parameter: ClassVar[str]
+
+    def __init__(self, size: int, rate: Rate) -> None:
+        raise NotImplementedError("__init__")
+
+    @classmethod
+    def from_spec(cls: type[B], spec: Mapping[str, Any]) -> B | StaticAlgorithm:
+        from django_rl.algorithms.static import rate_or_static
+
+        rate = rate_or_static(spec["rate"])
+        if isinstance(rate, Rate):
+            return cls(spec[cls.size_parameter], rate)
+        cls(spec[cls.size_parameter], Rate(1, 1_000))  # the size must still be valid
+        return rate
 
 
 class ScriptAlgorithm:

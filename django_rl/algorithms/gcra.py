@@ -18,14 +18,19 @@ is exact to the millisecond (rounded up), from the server's clock.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import ClassVar
 
-from django_rl.algorithms.base import Outcome, ParameterError, Reading, ScriptAlgorithm
-from django_rl.algorithms.static import StaticAlgorithm, rate_or_static
+from django_rl.algorithms.base import (
+    BucketAlgorithm,
+    Outcome,
+    ParameterError,
+    Reading,
+    ScriptAlgorithm,
+    whole_count,
+)
 from django_rl.backends import LuaScript
-from django_rl.rates import MAX_COUNT, Rate
-from django_rl.reprs import short_repr
+from django_rl.rates import Rate
 
 SCRIPT = LuaScript.from_package(__package__, "gcra.lua")
 
@@ -34,20 +39,16 @@ SCRIPT = LuaScript.from_package(__package__, "gcra.lua")
 MAX_UNITS = 2**52
 
 
-class Gcra(ScriptAlgorithm):
+class Gcra(BucketAlgorithm, ScriptAlgorithm):
     name: ClassVar[str] = "gcra"
     parameters: ClassVar[frozenset[str]] = frozenset({"rate", "burst"})
+    size_parameter: ClassVar[str] = "burst"
     # A denied heavy hit says nothing of a light one.
     denial_holds_for_any_cost: ClassVar[bool] = False
     script: ClassVar[LuaScript] = SCRIPT
 
     def __init__(self, burst: int, rate: Rate) -> None:
-        if isinstance(burst, bool) or not isinstance(burst, int):
-            raise ParameterError(f"burst must be a whole number, not {short_repr(burst)}")
-        if not 1 <= burst <= MAX_COUNT:
-            raise ParameterError(
-                f"burst must be between 1 and {MAX_COUNT:,}, not {short_repr(burst)}"
-            )
+        burst = whole_count("burst", burst)
         common = math.gcd(rate.limit, rate.period_ms)
         #: Units per millisecond, and the emission interval in units.
         self.units_per_ms = rate.limit // common
@@ -66,14 +67,6 @@ class Gcra(ScriptAlgorithm):
             )
         self.burst = burst
         self.rate = rate
-
-    @classmethod
-    def from_spec(cls, spec: Mapping[str, Any]) -> Gcra | StaticAlgorithm:
-        rate = rate_or_static(spec["rate"])
-        if isinstance(rate, Rate):
-            return cls(spec["burst"], rate)
-        cls(spec["burst"], Rate(1, 1_000))  # the burst must still be valid
-        return rate
 
     @property
     def limit(self) -> int:

@@ -9,14 +9,19 @@ time until c tokens are back. Denied hits take nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import ClassVar
 
-from django_rl.algorithms.base import Outcome, ParameterError, Reading, ScriptAlgorithm
-from django_rl.algorithms.static import StaticAlgorithm, rate_or_static
+from django_rl.algorithms.base import (
+    BucketAlgorithm,
+    Outcome,
+    ParameterError,
+    Reading,
+    ScriptAlgorithm,
+    whole_count,
+)
 from django_rl.backends import LuaScript
-from django_rl.rates import MAX_COUNT, Rate
-from django_rl.reprs import short_repr
+from django_rl.rates import Rate
 
 SCRIPT = LuaScript.from_package(__package__, "token_bucket.lua")
 
@@ -24,19 +29,15 @@ SCRIPT = LuaScript.from_package(__package__, "token_bucket.lua")
 MAX_UNITS = 2**52
 
 
-class TokenBucket(ScriptAlgorithm):
+class TokenBucket(BucketAlgorithm, ScriptAlgorithm):
     name: ClassVar[str] = "token_bucket"
     parameters: ClassVar[frozenset[str]] = frozenset({"rate", "capacity"})
+    size_parameter: ClassVar[str] = "capacity"
     denial_holds_for_any_cost: ClassVar[bool] = False
     script: ClassVar[LuaScript] = SCRIPT
 
     def __init__(self, capacity: int, rate: Rate) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int):
-            raise ParameterError(f"capacity must be a whole number, not {short_repr(capacity)}")
-        if not 1 <= capacity <= MAX_COUNT:
-            raise ParameterError(
-                f"capacity must be between 1 and {MAX_COUNT:,}, not {short_repr(capacity)}"
-            )
+        capacity = whole_count("capacity", capacity)
         if capacity * rate.period_ms > MAX_UNITS:
             raise ParameterError(
                 f"capacity {capacity} with a refill period of {rate.period:g}s is too large "
@@ -44,14 +45,6 @@ class TokenBucket(ScriptAlgorithm):
             )
         self.capacity = capacity
         self.rate = rate
-
-    @classmethod
-    def from_spec(cls, spec: Mapping[str, Any]) -> TokenBucket | StaticAlgorithm:
-        rate = rate_or_static(spec["rate"])
-        if isinstance(rate, Rate):
-            return cls(spec["capacity"], rate)
-        cls(spec["capacity"], Rate(1, 1_000))  # the capacity must still be valid
-        return rate
 
     @property
     def limit(self) -> int:

@@ -51,7 +51,7 @@ from django_rl.inline import policy_name
 from django_rl.overrides.loader import rules_for
 from django_rl.overrides.rules import BLOCK, EXEMPT
 from django_rl.plans import PlanRates, Variant, make_variant
-from django_rl.policies import Policy, add_policy_source
+from django_rl.policies import Policy
 from django_rl.rates import MAX_COUNT, Rate, RateError, parse_rate
 
 #: What joins the keys' fingerprint of the drop-in's policies, with the methods.
@@ -196,8 +196,8 @@ def _override(policy: Policy, text: str, variant: Variant, rate: Rate) -> tuple[
     return found, found.algorithm.rate
 
 
-def known_policies() -> dict[str, list[Policy]]:
-    """Return the drop-in's policies by name, for the admin and ``manage.py ratelimit``.
+def known_policies() -> list[Policy]:
+    """Return the drop-in's policies, for the admin and ``manage.py ratelimit`` (``DROPINS``).
 
     Those of the URLconf's views (``discovery.py``) and those this process
     used (``get_usage`` called from anywhere); never raises.
@@ -207,13 +207,7 @@ def known_policies() -> dict[str, list[Policy]]:
             policy_for(group, methods)
     except Exception:  # a bad RATELIMIT_USE_CACHE: only the policies already used
         pass
-    found: dict[str, list[Policy]] = {}
-    for policy in list(_policies.values()):
-        found.setdefault(policy.name, []).append(policy)
-    return found
-
-
-add_policy_source(known_policies)
+    return list(_policies.values())
 
 
 def forget_policies() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from django_rl.conf import get_settings
+from django_rl.contrib import dropin_policies
 from django_rl.exceptions import ConfigurationError
 from django_rl.inline import url_specs
 from django_rl.management.subcommands.output import table
@@ -17,13 +18,11 @@ from django_rl.policies import (
     get_policy,
     inline_policy,
     registered_policies,
-    source_policies,
 )
 
 HELP = (
     "List the policies (of settings, of register_policy, inline ones of the URLconf's "
-    "views, and the django-ratelimit drop-in's): algorithm, limit, rate, identity, key "
-    "fingerprint."
+    "views, and the drop-ins'): algorithm, limit, rate, identity, key fingerprint."
 )
 
 
@@ -46,11 +45,15 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
             rows.append(_row(inline_policy(spec), spec.policy_spec()))
         except ConfigurationError as exc:
             rows.append([spec.name, "invalid", "", "", "", str(exc)])
-    # The drop-ins' (contrib/ratelimit): a rate per call, each its own state.
-    for name, found in sorted(source_policies().items()):
-        for policy in found:
+    for policy in sorted(dropin_policies(), key=lambda p: (p.name, p.rate)):
+        if policy.name in specs:
+            continue
+        if policy.per_request:
+            # django-ratelimit's: a rate per call, each its own state.
             rates = ", ".join(sorted(v.rate for v in policy.variants())) or "per call"
-            rows.append([name, "fixed_window", "per rate", rates, "its own", "per rate"])
+            rows.append([policy.name, "fixed_window", "per rate", rates, "its own", "per rate"])
+        else:
+            rows.append(_row(policy, {"key": "drop-in"}))
     command.stdout.write(
         f"KEY_PREFIX {settings.key_prefix!r}, CONNECTION {settings.connection!r}, "
         f"FAIL_OPEN {settings.fail_open}"

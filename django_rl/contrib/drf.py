@@ -1,0 +1,299 @@
+"""DRF's throttles, decided by django_rl: replace ``rest_framework.throttling.`` with this module.
+
+``SimpleRateThrottle``, ``AnonRateThrottle``, ``UserRateThrottle`` and
+``ScopedRateThrottle`` keep DRF's names, class attributes (``scope``,
+``rate``, ``THROTTLE_RATES``, ``cache_format``, ``scope_attr``), hooks
+(``get_cache_key``, ``get_rate``, ``parse_rate``, ``allow_request``,
+``throttle_success``, ``throttle_failure``, ``wait``, ``get_ident``) and
+settings (``REST_FRAMEWORK``'s ``DEFAULT_THROTTLE_RATES`` and
+``NUM_PROXIES``). What ``get_cache_key`` returns is the identity; each
+(scope, rate) is a django_rl policy (``drf_policies.py``) with DRF's own
+algorithm, a sliding log, so the answers are DRF's. Unlike DRF's
+get-then-set on the cache, each decision is one atomic round trip to Redis:
+exact under any concurrency, on the Redis server's clock.
+
+The rate-limit headers go on the response as for ``PolicyThrottle``;
+``FAIL_OPEN`` decides when Redis cannot answer. The differences from DRF,
+each on purpose, are listed in docs/migrating.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any, ClassVar
+
+from django.core.cache import cache as default_cache
+from django.core.exceptions import ImproperlyConfigured
+from rest_framework.settings import api_settings
+from rest_framework.throttling import BaseThrottle
+
+from django_rl.contrib.drf_policies import policy_for
+from django_rl.decision import Decision
+from django_rl.engine import settle
+from django_rl.headers import write_headers
+from django_rl.observability.denials import report_denial
+from django_rl.rates import RateError
+from django_rl.rates import parse_rate as parse_rate_text
+
+__all__ = [
+    "AnonRateThrottle",
+    "BaseThrottle",
+    "ScopedRateThrottle",
+    "SimpleRateThrottle",
+    "ThrottleRateError",
+    "UserRateThrottle",
+]
+
+
+class ThrottleRateError(ImproperlyConfigured, ValueError):
+    """A throttle rate that does not parse: ``ImproperlyConfigured``, and a ``ValueError``.
+
+    DRF's ``parse_rate`` fails with a ``ValueError`` on a malformed rate;
+    code that catches either keeps working.
+    """
+
+
+class DefaultThrottleRates(MutableMapping[str, Any]):
+    """``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` as it is now, read on each access.
+
+    DRF binds its ``THROTTLE_RATES`` to the dict of the settings at import,
+    so ``override_settings`` does not reach it; here every read (and write,
+    for ``mock.patch.dict``) goes to the dict of the current settings. A
+    subclass's own ``THROTTLE_RATES`` dict replaces this, as in DRF.
+    """
+
+    @staticmethod
+    def _rates() -> Any:
+        return api_settings.DEFAULT_THROTTLE_RATES
+
+    def __getitem__(self, scope: str) -> Any:
+        return self._rates()[scope]
+
+    def __setitem__(self, scope: str, rate: Any) -> None:
+        self._rates()[scope] = rate
+
+    def __delitem__(self, scope: str) -> None:
+        del self._rates()[scope]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._rates()))
+
+    def __len__(self) -> int:
+        return len(self._rates())
+
+    def copy(self) -> dict[str, Any]:
+        """Return the rates now, as a plain dict (``mock.patch.dict`` keeps it to restore)."""
+        return dict(self._rates())
+
+    def __repr__(self) -> str:
+        return f"<DEFAULT_THROTTLE_RATES {dict(self._rates())!r}>"
+
+
+class SimpleRateThrottle(BaseThrottle):
+    """A throttle at ``rate``, or at the rate of ``scope`` in ``THROTTLE_RATES``.
+
+    Subclasses override :meth:`get_cache_key`: the identity a request counts
+    as, or ``None`` for a request not throttled. After :meth:`allow_request`,
+    ``decision`` holds the Decision (``None`` when nothing was decided) and
+    ``key`` the cache key; :meth:`wait` answers from them.
+    """
+
+    #: DRF's; kept for code that reads them. Decisions use neither: state
+    #: lives in Redis through django_rl, time comes from the Redis server.
+    cache: ClassVar[Any] = default_cache
+    timer: ClassVar[Callable[[], float]] = time.time
+    cache_format: ClassVar[str] = "throttle_%(scope)s_%(ident)s"
+    scope: str | None = None
+    THROTTLE_RATES: MutableMapping[str, Any] | dict[str, Any] = DefaultThrottleRates()
+    rate: str | None
+    num_requests: int | None
+    duration: int | None
+    decision: Decision | None = None
+    key: str | None = None
+
+    def __init__(self) -> None:
+        if not getattr(self, "rate", None):
+            self.rate = self.get_rate()
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+
+    def get_cache_key(self, request: Any, view: Any) -> str | None:
+        """Return the identity ``request`` counts as, or ``None`` to leave it unthrottled.
+
+        :raises NotImplementedError: always, here: subclasses say.
+        """
+        raise NotImplementedError(".get_cache_key() must be overridden")
+
+    def get_rate(self) -> str | None:
+        """Return the rate of ``scope`` in ``THROTTLE_RATES`` (``None``: not throttled).
+
+        :raises ImproperlyConfigured: without ``scope``, or for a scope that
+            ``THROTTLE_RATES`` does not name (DRF's messages).
+        """
+        if not getattr(self, "scope", None):
+            raise ImproperlyConfigured(
+                f"You must set either `.scope` or `.rate` for '{type(self).__name__}' throttle"
+            )
+        try:
+            rate: str | None = self.THROTTLE_RATES[self.scope]  # type: ignore[index]
+        except KeyError:
+            raise ImproperlyConfigured(
+                f"No default throttle rate set for '{self.scope}' scope"
+            ) from None
+        return rate
+
+    def parse_rate(self, rate: str | None) -> tuple[int | None, int | None]:
+        """Return ``(requests, period in seconds)`` of ``rate``; ``(None, None)`` for ``None``.
+
+        DRF's periods (``s``, ``sec``, ``m``, ``min``, ``h``, ``hour``,
+        ``d``, ``day``) and django_rl's (plurals, ``w``, multipliers such as
+        ``"100/10m"``, seconds such as ``"100/10"``).
+
+        :raises ThrottleRateError: for a rate that does not parse (an
+            ``ImproperlyConfigured`` and a ``ValueError``).
+        """
+        if rate is None:
+            return (None, None)
+        try:
+            # DRF parses on every request (a throttle per request): cached.
+            return _parsed(rate) if isinstance(rate, str) else _parse(rate)
+        except RateError as exc:
+            raise ThrottleRateError(
+                f"Throttle rate {rate!r} of '{type(self).__name__}' (scope {self.scope!r}): {exc}"
+            ) from None
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        """Count ``request`` under its cache key and return whether it is allowed.
+
+        Calls :meth:`throttle_success` or :meth:`throttle_failure` and
+        returns what they return. ``True`` without counting for a ``None``
+        rate or cache key. One round trip to Redis, or none when this
+        process already knows the key is denied (the deny cache).
+        """
+        if self.rate is None:
+            return True
+        self.key = self.get_cache_key(request, view)
+        if self.key is None:
+            return True
+        num_requests, duration = self.num_requests, self.duration
+        if num_requests is None or duration is None:  # set by hand to None: DRF would fail
+            return True
+        policy = policy_for(self.scope, num_requests, duration)
+        decision = policy.hit(str(self.key))
+        self.decision = decision
+        if not decision.allowed:
+            # The rate_limited signal and the denial log, as for the front doors.
+            report_denial(request, policy.name, str(self.key), decision)
+        try:
+            # request.django_rl_decisions and request.limited, as both front doors set them.
+            every = settle(request, (decision,))
+        except AttributeError:  # not a request (DRF's own tests pass {}): nothing to record
+            every = [decision]
+        # APIView.finalize_response copies view.headers onto the response,
+        # allowed or denied (what PolicyThrottle does too). Not through
+        # django_rl.throttling: it imports rest_framework.views, whose
+        # APIView imports the DEFAULT_THROTTLE_CLASSES, i.e. this module.
+        headers = getattr(view, "headers", None)
+        if isinstance(headers, dict):
+            write_headers(headers, every)
+        if decision.allowed:
+            return self.throttle_success()
+        return self.throttle_failure()
+
+    def throttle_success(self) -> bool:
+        """Return ``True``: the hit is already counted, in the same round trip as the decision."""
+        return True
+
+    def throttle_failure(self) -> bool:
+        """Return ``False``: a denied hit is not counted (DRF's sliding log counts none)."""
+        return False
+
+    def wait(self) -> float | None:
+        """Return the seconds to wait before the next request, as DRF's ``wait()``.
+
+        After a denial: until the hit would be allowed (DRF's Retry-After).
+        After an allowed hit: the time until the state is full again spread
+        over the requests left (DRF's pace). ``None`` before any decision
+        with no limit to pace by.
+        """
+        decision = self.decision
+        if decision is None:
+            return self._pace()
+        if not decision.allowed:
+            return decision.retry_after
+        return decision.reset_after / (decision.remaining + 1)
+
+    def _pace(self) -> float | None:
+        """Return DRF's wait from ``history`` and ``now`` set by hand (no decision made here).
+
+        The period left before the oldest request leaves the window, spread
+        over the requests still available; ``None`` when none is.
+        """
+        if not self.duration or self.num_requests is None:
+            return None
+        history: list[float] = getattr(self, "history", None) or []
+        now: float | None = getattr(self, "now", None)
+        left = float(self.duration)
+        if history and now is not None:
+            left -= now - history[-1]
+        available = self.num_requests - len(history) + 1
+        return left / available if available > 0 else None
+
+
+class AnonRateThrottle(SimpleRateThrottle):
+    """Throttle anonymous requests by client address (``get_ident``); others are not throttled."""
+
+    scope = "anon"
+
+    def get_cache_key(self, request: Any, view: Any) -> str | None:
+        if request.user and request.user.is_authenticated:
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+
+class UserRateThrottle(SimpleRateThrottle):
+    """Throttle by user id when authenticated, else by client address (``get_ident``)."""
+
+    scope = "user"
+
+    def get_cache_key(self, request: Any, view: Any) -> str | None:
+        return self.cache_format % {"scope": self.scope, "ident": _user_or_ident(self, request)}
+
+
+class ScopedRateThrottle(SimpleRateThrottle):
+    """Throttle views by their ``throttle_scope`` at that scope's rate; views without one are not.
+
+    The identity is the user id when authenticated, else the client address.
+    """
+
+    scope_attr: ClassVar[str] = "throttle_scope"
+
+    def __init__(self) -> None:
+        # The rate is the view's scope's: known only once a view calls.
+        pass
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        self.scope = getattr(view, self.scope_attr, None)
+        if not self.scope:
+            return True
+        self.rate = self.get_rate()
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        return super().allow_request(request, view)
+
+    def get_cache_key(self, request: Any, view: Any) -> str | None:
+        return self.cache_format % {"scope": self.scope, "ident": _user_or_ident(self, request)}
+
+
+def _parse(rate: object) -> tuple[int, int]:
+    parsed = parse_rate_text(rate)
+    return (parsed.limit, parsed.period_ms // 1000)
+
+
+_parsed = functools.lru_cache(maxsize=256)(_parse)
+
+
+def _user_or_ident(throttle: BaseThrottle, request: Any) -> Any:
+    if request.user and request.user.is_authenticated:
+        return request.user.pk
+    return throttle.get_ident(request)

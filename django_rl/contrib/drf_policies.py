@@ -1,0 +1,192 @@
+"""The policies of the DRF drop-in (``contrib/drf.py``): one per scope and rate.
+
+A DRF throttle names its limit by a scope (``"anon"``, ``"user"``, a view's
+``throttle_scope``) and a rate. Each (scope, rate) is one django_rl
+:class:`~django_rl.policy.Policy`, built once per process and kept until the
+settings change, so a decision costs a dict lookup here, never a build.
+
+**Names.** ``drf.<scope>`` (``drf.anon``), or ``drf.~``-less
+``drf.x<16 hex>`` for a scope that cannot stand in a key, and ``drf`` for a
+throttle that has a ``rate`` but no ``scope``. The identity is what
+``get_cache_key`` returns (``throttle_anon_192.0.2.1``), so throttles of one
+name but different cache keys never share state; the keys' fingerprint
+holds the rate and ``drf``, so a changed rate starts fresh and a policy in
+``DJANGO_RL["POLICIES"]`` of the same name never reads this state.
+
+**Algorithm.** ``sliding_log``, DRF's own (its history list is a sliding
+log): the same answers, exact in Redis.
+
+Does not import ``rest_framework``: the admin and ``manage.py ratelimit``
+list these policies (:func:`known_policies`) in any process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from django_rl.conf import get_settings
+from django_rl.keys import SAFE_NAME
+from django_rl.policies import build_policy
+from django_rl.policy import Policy
+from django_rl.rates import Rate, RateError, parse_rate
+
+#: The drop-in's algorithm: DRF's throttle keeps a sliding log.
+ALGORITHM = "sliding_log"
+#: Joins the keys' fingerprint: no named policy shares a drop-in's state.
+FINGERPRINT_EXTRA = "drf"
+#: The module path a project's settings name the drop-in's classes by.
+MODULE = "django_rl.contrib.drf."
+
+_policies: dict[tuple[str | None, int, int], Policy] = {}
+_building = threading.Lock()
+
+
+def policy_name(scope: str | None) -> str:
+    """Return the policy name of a DRF ``scope``: ``drf.<scope>``, a digest, or ``drf``."""
+    if not scope:
+        return "drf"
+    name = f"drf.{scope}"
+    if SAFE_NAME.fullmatch(name):
+        return name
+    digest = hashlib.blake2b(str(scope).encode("utf-8", "surrogatepass"), digest_size=8)
+    return f"drf.x{digest.hexdigest()}"
+
+
+def _no_identity(request: Any) -> None:
+    """The drop-in passes each identity (``get_cache_key``); the policy identifies nothing."""
+    return None
+
+
+def policy_for(scope: str | None, limit: int, period: int) -> Policy:
+    """Return the policy of ``scope`` at ``limit`` requests per ``period`` seconds.
+
+    Built on first use and kept until ``DJANGO_RL`` or ``CACHES`` change.
+
+    :raises ConfigurationError: if the rate is beyond what a policy takes.
+    """
+    found = _policies.get((scope, limit, period))
+    if found is not None:
+        return found
+    with _building:
+        found = _policies.get((scope, limit, period))
+        if found is None:
+            rate = str(Rate(limit=limit, period_ms=period * 1000))
+            name = policy_name(scope)
+            spec = {"algorithm": ALGORITHM, "rate": rate, "key": _no_identity}
+            found = build_policy(
+                name,
+                spec,
+                get_settings(),
+                where=f"DRF throttle of scope {scope!r} at {rate!r}",
+                extra=FINGERPRINT_EXTRA,
+            )
+            _policies[(scope, limit, period)] = found
+    return found
+
+
+def known_policies() -> list[Policy]:
+    """Return the drop-in's policies this process knows of.
+
+    What the admin's process may never have decided with itself, besides
+    those it has: when ``REST_FRAMEWORK`` names a class of the drop-in in
+    ``DEFAULT_THROTTLE_CLASSES``, one per scope of ``DEFAULT_THROTTLE_RATES``
+    that has a rate; and the drop-in's throttles of the URLconf's DRF views
+    (their ``throttle_classes``), at the rate each would use.
+    """
+    rest = getattr(django_settings, "REST_FRAMEWORK", None) or {}
+    classes = rest.get("DEFAULT_THROTTLE_CLASSES", ()) if isinstance(rest, Mapping) else ()
+    if any(isinstance(path, str) and path.startswith(MODULE) for path in classes):
+        rates = rest.get("DEFAULT_THROTTLE_RATES", {})
+        for scope, text in rates.items() if isinstance(rates, Mapping) else ():
+            _add(scope, text)
+    for scope, text in _view_rates():
+        _add(scope, text)
+    return list(_policies.values())
+
+
+def _add(scope: str | None, text: object) -> None:
+    """Build the policy of ``scope`` at the rate ``text``, unless it has none or a bad one."""
+    if text is None:
+        return
+    try:
+        rate = parse_rate(text)
+    except RateError:
+        return
+    if rate.period_ms % 1000 == 0:
+        policy_for(scope, rate.limit, rate.period_ms // 1000)
+
+
+def _view_rates() -> list[tuple[str | None, object]]:
+    """Return (scope, rate) of the drop-in's throttles on the URLconf's views.
+
+    Found without a request: a ``ScopedRateThrottle`` takes the view's
+    scope; the others their own ``scope`` and ``rate``. A throttle that
+    cannot say (a missing scope, a rate its ``get_rate`` only knows per
+    request) is left out. Never raises: a URLconf that does not import is
+    Django's check's to report.
+    """
+    global _walked
+    drf = sys.modules.get("django_rl.contrib.drf")
+    if drf is None:  # nothing in this process imported the drop-in: no view names it
+        return []
+    try:
+        resolver = get_resolver()
+        if _walked is not None and _walked[0] is resolver:
+            return _walked[1]  # the admin asks on every poll: walk each URLconf once
+        patterns = list(_walk(resolver.url_patterns))
+    except Exception:
+        return []
+    found: list[tuple[str | None, object]] = []
+    for pattern in patterns:
+        callback = pattern.callback
+        view = getattr(callback, "cls", None) or getattr(callback, "view_class", None)
+        for throttle_class in getattr(view, "throttle_classes", None) or ():
+            if isinstance(throttle_class, type) and issubclass(
+                throttle_class, drf.SimpleRateThrottle
+            ):
+                with contextlib.suppress(Exception):  # its own error, met by its requests
+                    found.append(_scope_and_rate(drf, throttle_class, view))
+    found = [(scope, rate) for scope, rate in found if scope or rate]
+    _walked = (resolver, found)
+    return found
+
+
+_walked: tuple[object, list[tuple[str | None, object]]] | None = None
+
+
+def _scope_and_rate(drf: Any, throttle_class: Any, view: Any) -> tuple[str | None, object]:
+    # Not through __init__: ScopedRateThrottle's rate is the view's scope's.
+    throttle = throttle_class.__new__(throttle_class)
+    if issubclass(throttle_class, drf.ScopedRateThrottle):
+        throttle.scope = getattr(view, throttle_class.scope_attr, None)
+        return (throttle.scope, throttle.get_rate() if throttle.scope else None)
+    return (throttle.scope, getattr(throttle, "rate", None) or throttle.get_rate())
+
+
+def _walk(patterns: list[Any]) -> Iterator[URLPattern]:
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            yield from _walk(pattern.url_patterns)
+        elif isinstance(pattern, URLPattern):
+            yield pattern
+
+
+@receiver(setting_changed)
+def _forget_policies(*, setting: str, **kwargs: object) -> None:
+    # The policies hold the connection, the key prefix and fail_open.
+    if setting in ("DJANGO_RL", "CACHES"):
+        with _building:
+            _policies.clear()
+
+
+__all__ = ["ALGORITHM", "known_policies", "policy_for", "policy_name"]

@@ -1,0 +1,84 @@
+"""Helpers for a project's test suite: forget every rate limit between tests.
+
+A test suite that sends requests through rate-limited views sees the limits
+of the tests before it unless it resets them. ``cache.clear()`` (a FLUSHDB
+through django-redis) empties Redis, but not the processes' memory: this
+process's deny cache and outage fallback counts would deny on. Here:
+
+* :func:`reset_rate_limits`, for ``setUp`` or any test runner;
+* the pytest fixture ``rate_limits_reset``: add
+  ``from django_rl.testing import rate_limits_reset  # noqa: F401`` to a
+  ``conftest.py`` and ask for it (or wrap it in an autouse fixture).
+
+Other processes (a live server, workers) honour the reset within a second
+(the reset token, ``reset_epoch.py``). See docs/testing.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from django_rl import reset_epoch
+from django_rl.backends import get_backend
+from django_rl.conf import get_settings
+from django_rl.deny_cache import get_deny_cache
+from django_rl.fallback import get_fallback_store
+
+#: Keys deleted per round trip.
+BATCH = 1_000
+
+
+def reset_rate_limits() -> int:
+    """Forget every rate limit: every key under ``KEY_PREFIX``, on every server of the connection.
+
+    Then writes a new reset token, so that every process's deny cache drops
+    its denials within a second, and clears this process's deny cache and
+    outage fallback counts at once. Keys of other apps are left alone.
+    Return the keys deleted.
+
+    :raises redis.exceptions.RedisError: if Redis cannot answer.
+    """
+    settings = get_settings()
+    pattern = f"{settings.key_prefix}:*"
+    deleted = 0
+    for node in get_backend(settings.connection).nodes():
+        batch: list[Any] = []
+        for key in node.client.scan_iter(match=pattern, count=BATCH):
+            batch.append(key)
+            if len(batch) == BATCH:
+                deleted += _delete(node.client, batch)
+                batch = []
+        if batch:
+            deleted += _delete(node.client, batch)
+    reset_epoch.bump()
+    denials = get_deny_cache()
+    if denials is not None:
+        denials.clear()
+    get_fallback_store().clear()
+    return deleted
+
+
+def _delete(client: Any, keys: list[Any]) -> int:
+    # One DEL per key: on a Redis Cluster the keys of a batch are in many slots.
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.delete(key)
+    return sum(int(n) for n in pipe.execute())
+
+
+try:
+    import pytest
+except ImportError:  # pytest is not a dependency: the fixture only exists with it
+    pass
+else:
+
+    @pytest.fixture
+    def rate_limits_reset() -> Iterator[None]:
+        """Forget every rate limit before the test, and after it."""
+        reset_rate_limits()
+        yield
+        reset_rate_limits()
+
+
+__all__ = ["rate_limits_reset", "reset_rate_limits"]
