@@ -307,3 +307,20 @@ def test_a_history_setting_that_is_not_a_bool_is_a_check_error(settings):
             "It must be True (the last hour per policy in Redis, for the admin's charts) or False.",
         )
     ]
+
+
+def test_the_drf_drop_in_shows_in_the_charts(admin_client, settings, redis_client):
+    from rest_framework.test import APIRequestFactory
+
+    from tests import views_contrib_drf
+
+    start_of_fresh_window(redis_client, 60_000, min_left_ms=3_000)
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"anon": "3/min"}}
+    request = APIRequestFactory().get("/", REMOTE_ADDR="192.0.2.45")
+    view = views_contrib_drf.AnonView.as_view()
+    assert [view(request).status_code for _ in range(5)] == [200] * 3 + [429] * 2
+    assert history.flush() is True
+    answer = admin_client.get(URL).json()
+    assert totals(answer, "drf.anon") == {"allowed": 3, "denied": 2, "shadow_denied": 0}
+    [(identity, denials)] = answer["policies"]["drf.anon"]["top"]
+    assert denials == 2 and "192.0.2.45" in identity
