@@ -26,14 +26,14 @@ mode): each worker writes its counts there, :func:`metrics_view` adds them
 up, and ``child_exit`` in ``django_rl.observability.gunicorn`` clears a dead
 worker's gauges. docs/observability.md says how.
 
-The cost per decision is one dict lookup and one ``inc`` (a lock and an
-add, or a write to a memory-mapped file in multiprocess mode), and for a
-decision that asked Redis, its latency put in a bucket of this process's
-own (:class:`PendingLatencies`: a bisect and an add under a lock, where
-``Histogram.observe`` takes a lock per bucket and the sum). Those pending
-latencies reach the histogram at the next scrape of this process and from a
-daemon thread at least once a second, so a scrape of another worker sees
-them at most about a second late. ``make bench`` measures the cost.
+A decision pays for an add to this process's own counts under a lock (and,
+if it asked Redis, its latency put in a bucket of the process's own,
+:class:`PendingLatencies`: a bisect and two adds), not for
+prometheus_client's ``inc`` and ``observe`` (a label lookup, checks, and a
+lock per value; a write to a memory-mapped file in multiprocess mode). The
+pending counts reach the metrics at the next scrape of this process and
+from a daemon thread once a second, so a scrape of another worker sees them
+at most about a second late. ``make bench`` measures the cost.
 """
 
 from __future__ import annotations
@@ -146,10 +146,32 @@ class Metrics:
         self._children: dict[tuple[object, ...], Any] = {}
         self._lock = threading.Lock()
         self.pending = PendingLatencies(LATENCY_BUCKETS)
+        #: Decisions by (policy, result) and deny-cache answers by policy, not
+        #: yet in the counters: a dict increment under one lock per decision,
+        #: where a counter's ``inc`` costs a label lookup, checks and a lock.
+        self._counting = threading.Lock()
+        self._decisions: dict[tuple[str, str], int] = {}
+        self._answers: dict[str, int] = {}
         threading.Thread(target=self._flush_forever, name="django_rl-metrics", daemon=True).start()
 
+    def count_decision(self, policy: str, result: str) -> None:
+        key = (policy, result)
+        with self._counting:
+            self._decisions[key] = self._decisions.get(key, 0) + 1
+
+    def count_answer(self, policy: str) -> None:
+        with self._counting:
+            self._answers[policy] = self._answers.get(policy, 0) + 1
+
     def flush(self) -> None:
-        """Move this process's pending latencies into the histogram."""
+        """Move this process's pending counts and latencies into the metrics."""
+        with self._counting:
+            decisions, self._decisions = self._decisions, {}
+            answers, self._answers = self._answers, {}
+        for (policy, result), n in decisions.items():
+            self.child(self.decisions, policy, result).inc(n)
+        for policy, n in answers.items():
+            self.child(self.deny_cache, policy).inc(n)
         self.pending.flush(self.redis_seconds)
 
     def _flush_forever(self) -> None:
@@ -200,13 +222,13 @@ def count_decision(policy: str, decision: Decision) -> None:
     """Count one decision of ``policy`` (see the module)."""
     found = metrics()
     if found is not None:
-        found.child(found.decisions, policy, result_of(decision)).inc()
+        found.count_decision(policy, result_of(decision))
 
 
 def count_deny_cache_answer(policy: str) -> None:
     found = metrics()
     if found is not None:
-        found.child(found.deny_cache, policy).inc()
+        found.count_answer(policy)
 
 
 def count_redis_error(kind: str) -> None:
