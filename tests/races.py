@@ -48,11 +48,13 @@ def spawned_pool(serve: Callable[..., None], *args: Any) -> Iterator[WorkerPool]
         for q in tasks:
             q.put(None)
         for child in children:
-            child.join(30)
+            child.join(60)
             if child.is_alive():
                 child.kill()
                 child.join()
-    assert [child.exitcode for child in children] == [0] * PROCESSES
+    # -9: killed after a minute of not exiting; 1: an exception (on its stderr).
+    exitcodes = [child.exitcode for child in children]
+    assert exitcodes == [0] * PROCESSES, f"the processes exited with {exitcodes}"
 
 
 def race(pool: WorkerPool, task: tuple[Any, ...], hit: Callable[[], bool]) -> tuple[int, bool]:
