@@ -38,6 +38,7 @@ ROW_FIELDS = {
     "used",
     "remaining",
     "denied",
+    "shadow",
     "retry_after",
     "reset_after",
     "detail",
@@ -217,6 +218,24 @@ def test_json_shape(admin_client):
     ]
     assert 'data-selector="tb:ip:10.0.0.2"' in data["tbody"]
     assert "2 counters: all 2 keys in Redis walked." in data["summary"]
+
+
+def test_a_shadow_policys_would_be_denial_is_shown_as_such(settings, admin_client):
+    settings.DJANGO_RL = {
+        "KEY_PREFIX": "t",
+        "POLICIES": {**POLICIES, "sh": {**POLICIES["fw"], "rate": "2/h", "mode": "shadow"}},
+    }
+    shadowed, enforced = get_policy("sh"), get_policy("fw")
+    for _ in range(3):
+        shadowed.hit("ip:10.0.0.5")
+    for _ in range(11):
+        enforced.hit("ip:10.0.0.6")
+    data = admin_client.get(DATA).json()
+    rows = {row["policy"]: row for row in data["rows"]}
+    assert (rows["sh"]["denied"], rows["sh"]["shadow"]) == (True, True)
+    assert (rows["fw"]["denied"], rows["fw"]["shadow"]) == (True, False)
+    assert data["tbody"].count("Would deny (shadow)") == 1
+    assert data["tbody"].count(">Denied<") == 1
 
 
 def test_json_pages_through_every_counter_once(admin_client):

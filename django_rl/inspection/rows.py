@@ -61,6 +61,8 @@ class Row:
     used: float = 0
     remaining: int = 0
     denied: bool = False
+    #: The policy is in shadow mode: a denial here is one it would make, not enforced.
+    shadow: bool = False
     retry_after: float = 0.0
     reset_after: float = 0.0
     detail: str = ""
@@ -102,6 +104,7 @@ class Row:
             "used": self.used,
             "remaining": self.remaining,
             "denied": self.denied,
+            "shadow": self.shadow,
             "retry_after": self.retry_after,
             "reset_after": self.reset_after,
             "detail": self.detail,
@@ -304,6 +307,7 @@ def _live_row(
         used=reading.used,
         remaining=outcome.remaining,
         denied=not outcome.allowed,
+        shadow=policy.shadow,
         retry_after=outcome.retry_after_ms / 1000,
         reset_after=outcome.reset_after_ms / 1000,
         detail=reading.detail,
