@@ -34,10 +34,11 @@ killed without running its exit handlers loses at most its last
 **Bounded memory.** In Redis: 60 small hashes per policy plus two top sets
 of at most :data:`TOP_KEPT` members: 8,144 bytes per policy per hour at
 the most (``MEMORY USAGE``, measured in tests/test_history.py). In each
-process: the counts of the minutes not yet written, and at most :data:`MAX_IDENTITIES` denied identities per
-interval (more are counted as denials, but not listed). Identities go
-through :func:`~django_rl.keys.safe_identity` (at most 100 characters,
-digested otherwise), so a hostile value cannot make a large member.
+process: the counts of the minutes not yet written, and at most
+:data:`MAX_IDENTITIES` denied identities per interval (more are counted as
+denials, but not listed). Identities go through
+:func:`~django_rl.keys.safe_identity` (at most 100 characters, digested
+otherwise), so a hostile value cannot make a large member.
 
 ``DJANGO_RL["HISTORY"] = False`` turns it off: nothing is counted, no
 thread starts.
