@@ -28,6 +28,11 @@ DECISION_COMMANDS = (
     "zcount", "zremrangebyrank", "zcard", "zrange", "zadd", "hmget", "hset", "del",
     "hgetall", "set",
 )  # fmt: skip
+#: The history behind the admin's charts (``observability/history.py``): each
+#: process's writes once a second (HINCRBY, ZINCRBY, ZADD, ZREMRANGEBYRANK,
+#: ZREMRANGEBYSCORE, PEXPIRE) and the admin's reads (HMGET, ZRANGE,
+#: ZRANGEBYSCORE).
+HISTORY_COMMANDS = ("hincrby", "zincrby", "zremrangebyscore", "zrangebyscore")
 #: The admin page and ``manage.py ratelimit``: walk and read the app's keys;
 #: the overrides' change marker (``SET``, granted above, when one is saved;
 #: ``GET`` to poll); the reset token (``reset_epoch.py``: ``SET`` by every
@@ -47,7 +52,7 @@ def acl_rule(prefixes: str | Iterable[str] = "rl", *, cluster: bool = False) -> 
     """
     if isinstance(prefixes, str):
         prefixes = (prefixes,)
-    commands = [*DECISION_COMMANDS, *ADMIN_COMMANDS, *CONNECTION_COMMANDS]
+    commands = [*DECISION_COMMANDS, *HISTORY_COMMANDS, *ADMIN_COMMANDS, *CONNECTION_COMMANDS]
     if cluster:
         commands += CLUSTER_COMMANDS
     keys = [f"~{prefix}:*" for prefix in prefixes]
