@@ -52,7 +52,6 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning, register
-from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
 from django_rl.algorithms import ALGORITHMS, StaticAlgorithm
@@ -65,6 +64,7 @@ from django_rl.policies import registered_policies
 from django_rl.reprs import short_repr
 from django_rl.server_checks import check_server  # noqa: F401  (registers it)
 from django_rl.topology_checks import topology_problems
+from django_rl.urlconf import url_patterns
 from django_rl.validation import (
     Problem,
     ip_meta_key_problems,
@@ -238,9 +238,8 @@ def _policies_named_by_views() -> Iterator[tuple[str, str | None, int]]:
     for ``PolicyThrottle``). The name is ``None`` for a view whose
     ``throttle_policies`` is malformed.
     """
-    try:
-        patterns = list(_walk(get_resolver().url_patterns))
-    except Exception:
+    patterns = url_patterns()
+    if patterns is None:
         return
     throttle = _policy_throttle_class()
     for pattern in patterns:
@@ -272,14 +271,6 @@ def _policies_named_by_views() -> Iterator[tuple[str, str | None, int]]:
                 yield where, None, 1
         for name in sorted(names):
             yield where, name, costs.get(name, 1)
-
-
-def _walk(patterns: list[Any]) -> Iterator[URLPattern]:
-    for pattern in patterns:
-        if isinstance(pattern, URLResolver):
-            yield from _walk(pattern.url_patterns)
-        elif isinstance(pattern, URLPattern):
-            yield pattern
 
 
 def _policy_throttle_class() -> type | None:

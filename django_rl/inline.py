@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,6 +27,7 @@ from django_rl.exceptions import ConfigurationError
 from django_rl.identities import IdentitySpecError, resolve_identity
 from django_rl.plans import function_label, is_rate_function
 from django_rl.rates import RateError, parse_rate
+from django_rl.urlconf import PerURLconf
 
 #: The algorithm of an inline policy that names none.
 DEFAULT_ALGORITHM = "fixed_window"
@@ -167,23 +167,11 @@ def url_specs() -> dict[InlineSpec, list[str]]:
     decorator gives it on each request: the view class's name. A URLconf
     that does not import is Django's own check's to report: nothing then.
     """
-    from django.urls import URLPattern, URLResolver, get_resolver
+    found = _SPECS.get()
+    return {} if found is None else {spec: list(users) for spec, users in found.items()}
 
-    def walk(patterns: list[Any]) -> Iterator[URLPattern]:
-        for pattern in patterns:
-            if isinstance(pattern, URLResolver):
-                yield from walk(pattern.url_patterns)
-            elif isinstance(pattern, URLPattern):
-                yield pattern
 
-    global _walked
-    try:
-        resolver = get_resolver()
-        if _walked is not None and _walked[0] is resolver:
-            return {spec: list(users) for spec, users in _walked[1].items()}
-        patterns = list(walk(resolver.url_patterns))
-    except Exception:
-        return {}
+def _specs_of(patterns: list[Any]) -> dict[InlineSpec, list[str]]:
     found: dict[InlineSpec, list[str]] = {}
     for pattern in patterns:
         callback = pattern.callback
@@ -200,12 +188,11 @@ def url_specs() -> dict[InlineSpec, list[str]]:
             users = found.setdefault(spec, [])
             if pattern.lookup_str not in users:
                 users.append(pattern.lookup_str)
-    # The admin asks on every poll: walk each URLconf (resolver) once.
-    _walked = (resolver, found)
-    return {spec: list(users) for spec, users in found.items()}
+    return found
 
 
-_walked: tuple[object, dict[InlineSpec, list[str]]] | None = None
+#: The admin asks on every poll: each URLconf is walked once.
+_SPECS = PerURLconf(_specs_of)
 
 
 __all__ = [

@@ -523,7 +523,7 @@ def test_the_drop_in_imports_as_drfs_default_throttle_classes():
 @pytest.mark.urls("tests.urls_contrib_drf")
 def test_the_urlconfs_drf_throttles_are_listed_before_any_request():
     drf_policies._policies.clear()
-    drf_policies._walked = None
+    drf_policies._VIEW_RATES.forget()
     names = [name for name in policy_names() if name.startswith("drf")]
     # DoubleView's 3/sec and 6/min, the scoped views' x and y (free: rate None;
     # unscoped: no scope), the tenant throttle.

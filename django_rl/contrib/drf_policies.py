@@ -26,19 +26,19 @@ import contextlib
 import hashlib
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
-from django.urls import URLPattern, URLResolver, get_resolver
 
 from django_rl.conf import get_settings
 from django_rl.keys import SAFE_NAME
 from django_rl.policies import build_policy
 from django_rl.policy import Policy
 from django_rl.rates import Rate, RateError, parse_rate
+from django_rl.urlconf import PerURLconf
 
 #: The drop-in's algorithm: DRF's throttle keeps a sliding log.
 ALGORITHM = "sliding_log"
@@ -135,17 +135,15 @@ def _view_rates() -> list[tuple[str | None, object]]:
     request) is left out. Never raises: a URLconf that does not import is
     Django's check's to report.
     """
-    global _walked
-    drf = sys.modules.get("django_rl.contrib.drf")
-    if drf is None:  # nothing in this process imported the drop-in: no view names it
+    if sys.modules.get("django_rl.contrib.drf") is None:
+        # Nothing in this process imported the drop-in: no view names it.
         return []
-    try:
-        resolver = get_resolver()
-        if _walked is not None and _walked[0] is resolver:
-            return _walked[1]  # the admin asks on every poll: walk each URLconf once
-        patterns = list(_walk(resolver.url_patterns))
-    except Exception:
-        return []
+    found = _VIEW_RATES.get()
+    return [] if found is None else found
+
+
+def _rates_of(patterns: list[Any]) -> list[tuple[str | None, object]]:
+    drf = sys.modules["django_rl.contrib.drf"]
     found: list[tuple[str | None, object]] = []
     for pattern in patterns:
         callback = pattern.callback
@@ -156,12 +154,11 @@ def _view_rates() -> list[tuple[str | None, object]]:
             ):
                 with contextlib.suppress(Exception):  # its own error, met by its requests
                     found.append(_scope_and_rate(drf, throttle_class, view))
-    found = [(scope, rate) for scope, rate in found if scope or rate]
-    _walked = (resolver, found)
-    return found
+    return [(scope, rate) for scope, rate in found if scope or rate]
 
 
-_walked: tuple[object, list[tuple[str | None, object]]] | None = None
+#: The admin asks on every poll: each URLconf is walked once.
+_VIEW_RATES = PerURLconf(_rates_of)
 
 
 def _scope_and_rate(drf: Any, throttle_class: Any, view: Any) -> tuple[str | None, object]:
@@ -171,14 +168,6 @@ def _scope_and_rate(drf: Any, throttle_class: Any, view: Any) -> tuple[str | Non
         throttle.scope = getattr(view, throttle_class.scope_attr, None)
         return (throttle.scope, throttle.get_rate() if throttle.scope else None)
     return (throttle.scope, getattr(throttle, "rate", None) or throttle.get_rate())
-
-
-def _walk(patterns: list[Any]) -> Iterator[URLPattern]:
-    for pattern in patterns:
-        if isinstance(pattern, URLResolver):
-            yield from _walk(pattern.url_patterns)
-        elif isinstance(pattern, URLPattern):
-            yield pattern
 
 
 @receiver(setting_changed)

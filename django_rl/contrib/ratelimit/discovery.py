@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from django_rl.urlconf import PerURLconf
+
 #: What ``@ratelimit`` notes on a view: (group, or ``None`` for the group of
 #: a method under ``method_decorator``, known per class; methods).
 ATTRIBUTE = "django_rl_ratelimit"
@@ -38,25 +40,16 @@ def url_groups() -> set[tuple[str, str]]:
 
     A URLconf that does not import is Django's own check's to report: none then.
     """
-    from django.urls import URLPattern, URLResolver, get_resolver
-
-    def walk(patterns: list[Any]) -> Iterator[URLPattern]:
-        for pattern in patterns:
-            if isinstance(pattern, URLResolver):
-                yield from walk(pattern.url_patterns)
-            elif isinstance(pattern, URLPattern):
-                yield pattern
-
-    global _walked
     try:
-        resolver = get_resolver()
-        if _walked is not None and _walked[0] is resolver:
-            return set(_walked[1])
-        found = {use for pattern in walk(resolver.url_patterns) for use in _uses(pattern.callback)}
-    except Exception:
+        found = _GROUPS.get()
+    except Exception:  # a view whose attributes cannot be read: none, as for a bad URLconf
         return set()
-    _walked = (resolver, found)  # the admin asks on every poll: walk each URLconf once
-    return set(found)
+    return set() if found is None else set(found)
 
 
-_walked: tuple[object, set[tuple[str, str]]] | None = None
+def _groups_of(patterns: list[Any]) -> set[tuple[str, str]]:
+    return {use for pattern in patterns for use in _uses(pattern.callback)}
+
+
+#: The admin asks on every poll: each URLconf is walked once.
+_GROUPS = PerURLconf(_groups_of)
