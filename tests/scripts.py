@@ -11,8 +11,8 @@ left to the arithmetic under test; TTLs are tested on the server's clock.
 
 from __future__ import annotations
 
-#: The last statement of every algorithm's script begins so.
-RETURN = "\nreturn {allowed"
+#: The last statement of every algorithm's Lua function begins so.
+RETURN = "\n  return {allowed"
 
 
 def kept(source: str) -> str:

@@ -18,6 +18,26 @@ R = TypeVar("R", bound="RateAlgorithm")
 B = TypeVar("B", bound="BucketAlgorithm")
 
 
+#: The files every script starts with (``prelude.lua`` says what an
+#: algorithm's Lua function takes and returns).
+PRELUDE = "prelude.lua"
+
+#: Runs one algorithm alone: its ARGV are its parameters, then the cost,
+#: ``"1"`` to count (``"0"`` to look) and the time (see ``ScriptAlgorithm``).
+_ALONE = """
+local n = #ARGV
+return {name}(KEYS, clock(ARGV[n]), tonumber(ARGV[n - 2]), ARGV[n - 1] == '1', ARGV)
+"""
+
+
+def algorithm_script(name: str) -> LuaScript:
+    """Return the script that runs the algorithm of ``<name>.lua`` alone on its keys."""
+    return LuaScript.from_parts(
+        __package__ or "django_rl.algorithms", (PRELUDE, f"{name}.lua"), _ALONE.format(name=name),
+        name=f"{name}.lua",
+    )  # fmt: skip
+
+
 class ParameterError(ValueError):
     """An algorithm parameter (other than the rate) has a bad value."""
 

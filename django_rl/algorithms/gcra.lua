@@ -1,15 +1,13 @@
 -- GCRA (generic cell rate algorithm): token-bucket behaviour in one integer,
 -- the theoretical arrival time (TAT) of the next hit.
 --
--- KEYS[1]  the identity's key: a string holding the TAT
--- ARGV[1]  T: the emission interval (period / rate), in units (below)
--- ARGV[2]  tau: burst * T, how far ahead of now the TAT may run
--- ARGV[3]  S: units per millisecond
--- ARGV[4]  W: the wrap of the stored value, in ms (a power of two)
--- ARGV[5]  cost of this hit (1 <= cost <= burst, checked by the caller)
--- ARGV[6]  '1' to count the hit, '0' to only look (peek: writes nothing)
--- ARGV[7]  the time in ms (CLOCK "app": the app server's), or '' to read the
---          server's TIME
+-- keys[1]  the identity's key: a string holding the TAT
+-- args[1]  T: the emission interval (period / rate), in units (below)
+-- args[2]  tau: burst * T, how far ahead of now the TAT may run
+-- args[3]  S: units per millisecond
+-- args[4]  W: the wrap of the stored value, in ms (a power of two)
+--
+-- (With cost, commit and now: see algorithms/prelude.lua.)
 --
 -- Returns {allowed (1/0), remaining hits of cost 1, retry_after_ms,
 -- reset_after_ms, units of the TAT ahead of now}.
@@ -28,77 +26,53 @@
 -- Read-decide-write is one step, or two requests both take the last slot: a
 -- script runs alone on the server.
 
-local key = KEYS[1]
-local T = tonumber(ARGV[1])
-local tau = tonumber(ARGV[2])
-local S = tonumber(ARGV[3])
-local W = tonumber(ARGV[4])
-local cost = tonumber(ARGV[5])
-local commit = ARGV[6] == '1'
+local function gcra(keys, now, cost, commit, args)
+  local key = keys[1]
+  local T = tonumber(args[1])
+  local tau = tonumber(args[2])
+  local S = tonumber(args[3])
+  local W = tonumber(args[4])
+  local M = W * S
+  local now_units = (now % W) * S
 
-local function int(x) return string.format('%d', x) end
+  -- lead: how far the TAT is ahead of now, in units (0: no hit is pending).
+  local lead = 0
+  local stored = redis.call('GET', key)
+  if stored then
+    lead = (tonumber(stored) - now_units) % M
+    if lead > M / 2 then lead = lead - M end
+    -- A TAT already passed (the key outlived it by under a ms, or the caller's
+    -- clock is ahead) is the same as none: a hit never earns credit for idle
+    -- time beyond the burst.
+    if lead < 0 then lead = 0 end
+  end
 
--- ceil(a / b) and floor(a / b) for whole numbers, exact even where a / b rounds.
-local function ceil_div(a, b)
-  if a <= 0 then return 0 end
-  local q = math.floor(a / b)
-  if q * b < a then q = q + 1 end
-  if (q - 1) * b >= a then q = q - 1 end
-  return q
-end
-local function floor_div(a, b)
-  if a < 0 then return 0 end
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 end
-  if (q + 1) * b <= a then q = q + 1 end
-  return q
-end
-
-local now = tonumber(ARGV[7])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local M = W * S
-local now_units = (now % W) * S
-
--- lead: how far the TAT is ahead of now, in units (0: no hit is pending).
-local lead = 0
-local stored = redis.call('GET', key)
-if stored then
-  lead = (tonumber(stored) - now_units) % M
-  if lead > M / 2 then lead = lead - M end
-  -- A TAT already passed (the key outlived it by under a ms, or the caller's
-  -- clock is ahead) is the same as none: a hit never earns credit for idle
-  -- time beyond the burst.
-  if lead < 0 then lead = 0 end
-end
-
-local wanted = lead + cost * T
-local allowed = wanted <= tau
-local after = lead
-local retry = 0
-if allowed then
-  if commit then after = wanted end
-else
-  retry = ceil_div(wanted - tau, S)
-end
-local remaining = floor_div(tau - after, T)
-local reset = ceil_div(after, S)
-
-if commit then
+  local wanted = lead + cost * T
+  local allowed = wanted <= tau
+  local after = lead
+  local retry = 0
   if allowed then
-    -- The key lives until its TAT: after that it holds nothing a missing key
-    -- does not, and its TTL is what makes the stored value unambiguous.
-    redis.call('SET', key, int((now_units + after) % M), 'PX', int(reset))
-  elseif stored then
-    -- A denied hit changes nothing, but heals a TTL that was removed.
-    if reset > 0 then
-      redis.call('PEXPIRE', key, int(reset))
-    else
-      redis.call('DEL', key)
+    if commit then after = wanted end
+  else
+    retry = ceil_div(wanted - tau, S)
+  end
+  local remaining = floor_div(tau - after, T)
+  local reset = ceil_div(after, S)
+
+  if commit then
+    if allowed then
+      -- The key lives until its TAT: after that it holds nothing a missing key
+      -- does not, and its TTL is what makes the stored value unambiguous.
+      redis.call('SET', key, int((now_units + after) % M), 'PX', int(reset))
+    elseif stored then
+      -- A denied hit changes nothing, but heals a TTL that was removed.
+      if reset > 0 then
+        redis.call('PEXPIRE', key, int(reset))
+      else
+        redis.call('DEL', key)
+      end
     end
   end
-end
 
-return {allowed and 1 or 0, remaining, retry, reset, lead}
+  return {allowed and 1 or 0, remaining, retry, reset, lead}
+end

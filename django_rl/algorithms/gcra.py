@@ -27,12 +27,13 @@ from django_rl.algorithms.base import (
     ParameterError,
     Reading,
     ScriptAlgorithm,
+    algorithm_script,
     whole_count,
 )
 from django_rl.backends import LuaScript
 from django_rl.rates import Rate
 
-SCRIPT = LuaScript.from_package(__package__, "gcra.lua")
+SCRIPT = algorithm_script("gcra")
 
 #: The stored value and every sum the script makes stay below this (Lua's
 #: doubles are exact below 2^53).

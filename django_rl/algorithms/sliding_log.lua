@@ -2,13 +2,11 @@
 -- its time. A decision costs a few O(log N) reads and one write, never a pass
 -- over the log, so a hit of cost 1,000,000 is as cheap as a hit of cost 1.
 --
--- KEYS[1]  the log (ZSET: score = time in ms, member = the hit's place, below)
--- ARGV[1]  window in ms
--- ARGV[2]  limit: units of cost allowed per window
--- ARGV[3]  cost of this hit (1 <= cost <= limit, checked by the caller)
--- ARGV[4]  '1' to count the hit, '0' to only look (peek: writes nothing)
--- ARGV[5]  the time in ms (CLOCK "app": the app server's), or '' to read the
---          server's TIME
+-- keys[1]  the log (ZSET: score = time in ms, member = the hit's place, below)
+-- args[1]  window in ms
+-- args[2]  limit: units of cost allowed per window
+--
+-- (With cost, commit and now: see algorithms/prelude.lua.)
 --
 -- Returns {allowed (1/0), units used after this call, retry_after_ms,
 --          reset_after_ms, entries in the log}.
@@ -36,133 +34,126 @@
 -- Either way scores never go down (below), so a caller whose clock is behind
 -- another's adds entries at the newest score, never before it.
 
-local key = KEYS[1]
-local window = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local commit = ARGV[4] == '1'
 
--- Numbers go to redis.call as strings formatted here: Lua's default format
--- (%.14g) would round large integers.
-local function int(x) return string.format('%d', x) end
 
 -- Places are kept modulo M. The units in the window (at most the limit) are
 -- far below M, so differences taken modulo M are exact; M stays below 2^52
 -- (limit <= 10^9), where Lua's doubles hold integers exactly. The place goes
 -- back to 0 whenever no entry is in the window, so it wraps only after a
 -- million windows of use without a pause.
-local M = 1000000
-while M < limit * 1000000 do M = M * 10 end
 
--- The most entries that left the window one counting call deletes.
-local CLEANUP = 1000
+local function sliding_log(keys, now, cost, commit, args)
+  local key = keys[1]
+  local window = tonumber(args[1])
+  local limit = tonumber(args[2])
+  local M = 1000000
+  while M < limit * 1000000 do M = M * 10 end
 
--- An entry from a ZRANGE ... WITHSCORES reply: {score, start, cost}, or nil.
-local function entry(reply)
-  local member = reply[1]
-  if not member then return nil end
-  local sep = string.find(member, ':', 1, true)
-  if sep then
-    return {tonumber(reply[2]), tonumber(string.sub(member, 1, sep - 1)) - M,
-      tonumber(string.sub(member, sep + 1))}
-  end
-  return {tonumber(reply[2]), tonumber(member) - M, 1}
-end
+  -- The most entries that left the window one counting call deletes.
+  local CLEANUP = 1000
 
-local function at(rank)
-  return entry(redis.call('ZRANGE', key, int(rank), int(rank), 'WITHSCORES'))
-end
-
--- Units from `from` (a place) to the end of entry e.
-local function span(from, e)
-  return (e[2] + e[3] - from) % M
-end
-
-local now = tonumber(ARGV[5])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
--- An entry with score s is in the window while now < s + window.
-local horizon = now - window
-
--- first: the rank of the oldest live entry (the entries before it have left
--- the window); entries: how many are live.
-local first = redis.call('ZCOUNT', key, '-inf', int(horizon))
-if commit and first > 0 then
-  -- Freeing an entry takes about 1 us, so a hit removes at most CLEANUP of
-  -- those that left (the oldest ones); any others go with the next hits.
-  -- That bounds a hit's time even after a long pause in a big log. It
-  -- leaves memory bounded too: a hit adds at most one entry and removes at
-  -- least one while any are left over, so the log never holds more than
-  -- `limit` entries.
-  local removed = math.min(first, CLEANUP)
-  redis.call('ZREMRANGEBYRANK', key, 0, int(removed - 1))
-  first = first - removed
-end
-local entries = redis.call('ZCARD', key) - first
-
-local used = 0
-local oldest, newest
-if entries > 0 then
-  oldest = at(first)
-  newest = at(-1)
-  used = span(oldest[2], newest)
-end
-
-local allowed = used + cost <= limit
-local retry = 0
-local reset = 0
-if newest then reset = newest[1] - horizon end
-
-if allowed then
-  if commit then
-    local start = 0
-    local score = now
-    if newest then
-      start = (newest[2] + newest[3]) % M
-      if newest[1] > score then score = newest[1] end
-      -- After a wrap the new member sorts before the newest one: give it a
-      -- later score (1 ms later, once per M units) to keep the rank order.
-      if start < newest[2] and score == newest[1] then score = score + 1 end
+  -- An entry from a ZRANGE ... WITHSCORES reply: {score, start, cost}, or nil.
+  local function entry(reply)
+    local member = reply[1]
+    if not member then return nil end
+    local sep = string.find(member, ':', 1, true)
+    if sep then
+      return {tonumber(reply[2]), tonumber(string.sub(member, 1, sep - 1)) - M,
+        tonumber(string.sub(member, sep + 1))}
     end
-    local member = int(M + start)
-    if cost > 1 then member = member .. ':' .. int(cost) end
-    -- No live entry has this member (live places differ: they span fewer
-    -- than M units). An entry left over from before the window may: ZADD
-    -- then moves it here, which is the same as deleting it and adding this.
-    redis.call('ZADD', key, int(score), member)
-    used = used + cost
-    entries = entries + 1
-    reset = score - horizon
+    return {tonumber(reply[2]), tonumber(member) - M, 1}
   end
-else
-  -- The hit fits once the oldest entries up to the first one whose end is
-  -- (used + cost - limit) units past the log's start have left the window.
-  -- Ends grow with rank: binary search, O(log^2 N) whatever the costs.
-  -- The newest entry always qualifies (its end is `used` past the start);
-  -- `found` is always the entry at `high`.
-  local need = used + cost - limit
-  local low, high = first, first + entries - 1
-  local found = newest
-  while low < high do
-    local middle = math.floor((low + high) / 2)
-    local e = at(middle)
-    if span(oldest[2], e) >= need then
-      high = middle
-      found = e
-    else
-      low = middle + 1
+
+  local function at(rank)
+    return entry(redis.call('ZRANGE', key, int(rank), int(rank), 'WITHSCORES'))
+  end
+
+  -- Units from `from` (a place) to the end of entry e.
+  local function span(from, e)
+    return (e[2] + e[3] - from) % M
+  end
+
+  -- An entry with score s is in the window while now < s + window.
+  local horizon = now - window
+
+  -- first: the rank of the oldest live entry (the entries before it have left
+  -- the window); entries: how many are live.
+  local first = redis.call('ZCOUNT', key, '-inf', int(horizon))
+  if commit and first > 0 then
+    -- Freeing an entry takes about 1 us, so a hit removes at most CLEANUP of
+    -- those that left (the oldest ones); any others go with the next hits.
+    -- That bounds a hit's time even after a long pause in a big log. It
+    -- leaves memory bounded too: a hit adds at most one entry and removes at
+    -- least one while any are left over, so the log never holds more than
+    -- `limit` entries.
+    local removed = math.min(first, CLEANUP)
+    redis.call('ZREMRANGEBYRANK', key, 0, int(removed - 1))
+    first = first - removed
+  end
+  local entries = redis.call('ZCARD', key) - first
+
+  local used = 0
+  local oldest, newest
+  if entries > 0 then
+    oldest = at(first)
+    newest = at(-1)
+    used = span(oldest[2], newest)
+  end
+
+  local allowed = used + cost <= limit
+  local retry = 0
+  local reset = 0
+  if newest then reset = newest[1] - horizon end
+
+  if allowed then
+    if commit then
+      local start = 0
+      local score = now
+      if newest then
+        start = (newest[2] + newest[3]) % M
+        if newest[1] > score then score = newest[1] end
+        -- After a wrap the new member sorts before the newest one: give it a
+        -- later score (1 ms later, once per M units) to keep the rank order.
+        if start < newest[2] and score == newest[1] then score = score + 1 end
+      end
+      local member = int(M + start)
+      if cost > 1 then member = member .. ':' .. int(cost) end
+      -- No live entry has this member (live places differ: they span fewer
+      -- than M units). An entry left over from before the window may: ZADD
+      -- then moves it here, which is the same as deleting it and adding this.
+      redis.call('ZADD', key, int(score), member)
+      used = used + cost
+      entries = entries + 1
+      reset = score - horizon
     end
+  else
+    -- The hit fits once the oldest entries up to the first one whose end is
+    -- (used + cost - limit) units past the log's start have left the window.
+    -- Ends grow with rank: binary search, O(log^2 N) whatever the costs.
+    -- The newest entry always qualifies (its end is `used` past the start);
+    -- `found` is always the entry at `high`.
+    local need = used + cost - limit
+    local low, high = first, first + entries - 1
+    local found = newest
+    while low < high do
+      local middle = math.floor((low + high) / 2)
+      local e = at(middle)
+      if span(oldest[2], e) >= need then
+        high = middle
+        found = e
+      else
+        low = middle + 1
+      end
+    end
+    retry = found[1] - horizon
   end
-  retry = found[1] - horizon
-end
 
-if commit and entries > 0 then
-  -- Every counting call (denied ones too) sets the TTL to when the newest
-  -- entry leaves: the key never outlives its content, and a key whose TTL
-  -- was removed is healed by its next hit.
-  redis.call('PEXPIRE', key, int(reset))
-end
+  if commit and entries > 0 then
+    -- Every counting call (denied ones too) sets the TTL to when the newest
+    -- entry leaves: the key never outlives its content, and a key whose TTL
+    -- was removed is healed by its next hit.
+    redis.call('PEXPIRE', key, int(reset))
+  end
 
-return {allowed and 1 or 0, used, retry, reset, entries}
+  return {allowed and 1 or 0, used, retry, reset, entries}
+end

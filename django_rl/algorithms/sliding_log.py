@@ -15,10 +15,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from django_rl.algorithms.base import Outcome, RateAlgorithm, Reading, ScriptAlgorithm
+from django_rl.algorithms.base import (
+    Outcome,
+    RateAlgorithm,
+    Reading,
+    ScriptAlgorithm,
+    algorithm_script,
+)
 from django_rl.backends import LuaScript
 
-SCRIPT = LuaScript.from_package(__package__, "sliding_log.lua")
+SCRIPT = algorithm_script("sliding_log")
 
 #: Redis memory of one entry of a log kept as a skiplist (more than 128
 #: entries), by ``MEMORY USAGE ... SAMPLES 0`` on Redis 7.0: 104 to 123 bytes

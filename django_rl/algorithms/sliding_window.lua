@@ -2,15 +2,13 @@
 -- the previous one weighted by how much of it the sliding window still
 -- covers. Windows are aligned on the clock (ms since 1970 / period).
 --
--- KEYS[1]  a hash {w = index of the window of c, c = its count, p = the
+-- keys[1]  a hash {w = index of the window of c, c = its count, p = the
 --          count of the window before it}; one-letter fields keep the hash
 --          a small listpack (about 100 bytes with its key)
--- ARGV[1]  period in ms
--- ARGV[2]  limit
--- ARGV[3]  cost of this hit (1 <= cost <= limit, checked by the caller)
--- ARGV[4]  '1' to count the hit, '0' to only look (peek: writes nothing)
--- ARGV[5]  the time in ms (CLOCK "app": the app server's), or '' to read the
---          server's TIME
+-- args[1]  period in ms
+-- args[2]  limit
+--
+-- (With cost, commit and now: see algorithms/prelude.lua.)
 --
 -- Returns {allowed (1/0), remaining hits of cost 1, retry_after_ms,
 -- reset_after_ms, this window's count, the previous window's count, ms
@@ -22,84 +20,69 @@
 -- when the estimate with it is at most the limit; denied hits count nowhere.
 -- Read-decide-write is one step (a script runs alone on the server).
 
-local key = KEYS[1]
-local period = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local commit = ARGV[4] == '1'
+local function sliding_window(keys, now, cost, commit, args)
+  local key = keys[1]
+  local period = tonumber(args[1])
+  local limit = tonumber(args[2])
+  local window = math.floor(now / period)
+  local elapsed = now - window * period
 
-local function int(x) return string.format('%d', x) end
-local function floor_div(a, b)
-  if a < 0 then return 0 end
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 end
-  if (q + 1) * b <= a then q = q + 1 end
-  return q
-end
-
-local now = tonumber(ARGV[5])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local window = math.floor(now / period)
-local elapsed = now - window * period
-
-local curr, prev = 0, 0
-local state = redis.call('HMGET', key, 'w', 'c', 'p')
-if state[1] then
-  local w = tonumber(state[1])
-  if w == window then
-    curr, prev = tonumber(state[2]), tonumber(state[3])
-  elseif w == window - 1 then
-    prev = tonumber(state[2])
+  local curr, prev = 0, 0
+  local state = redis.call('HMGET', key, 'w', 'c', 'p')
+  if state[1] then
+    local w = tonumber(state[1])
+    if w == window then
+      curr, prev = tonumber(state[2]), tonumber(state[3])
+    elseif w == window - 1 then
+      prev = tonumber(state[2])
+    end
+    -- A window after this one (another writer's clock ahead, with CLOCK
+    -- "app", or the server's stepped back) is read as this one: counts are
+    -- never forgotten because a clock is behind.
+    if w > window then
+      curr, prev = tonumber(state[2]), tonumber(state[3])
+    end
   end
-  -- A window after this one (another writer's clock ahead, with CLOCK
-  -- "app", or the server's stepped back) is read as this one: counts are
-  -- never forgotten because a clock is behind.
-  if w > window then
-    curr, prev = tonumber(state[2]), tonumber(state[3])
-  end
-end
 
--- used: the estimate times period.
-local full = limit * period
-local used = prev * (period - elapsed) + curr * period
-local allowed = used + cost * period <= full
-local retry = 0
-if allowed then
-  if commit then
-    curr = curr + cost
-    used = used + cost * period
-  end
-elseif curr + cost <= limit then
-  -- It fits once enough of the previous window has slid out:
-  -- prev * (period - e) <= (limit - curr - cost) * period.
-  retry = period - floor_div((limit - curr - cost) * period, prev) - elapsed
-else
-  -- Not in this window: in the next, this window's count slides out.
-  retry = period - elapsed + period - floor_div((limit - cost) * period, curr)
-end
-local remaining = floor_div(full - used, period)
--- Empty (an estimate of 0) once this window's hits have slid out: the end
--- of the next window; with none here, the end of this one.
-local reset = 0
-if curr > 0 then
-  reset = 2 * period - elapsed
-elseif prev > 0 then
-  reset = period - elapsed
-end
-
-if commit then
+  -- used: the estimate times period.
+  local full = limit * period
+  local used = prev * (period - elapsed) + curr * period
+  local allowed = used + cost * period <= full
+  local retry = 0
   if allowed then
-    redis.call('HSET', key, 'w', int(window), 'c', int(curr), 'p', int(prev))
-    -- The counts matter until the next window ends; with CLOCK "app" a TTL
-    -- relative to now holds whatever the skew to the server's clock.
-    redis.call('PEXPIRE', key, int(2 * period - elapsed))
-  elseif state[1] then
-    -- A denied hit changes nothing, but heals a TTL that was removed.
-    redis.call('PEXPIRE', key, int(math.max(reset, 1)))
+    if commit then
+      curr = curr + cost
+      used = used + cost * period
+    end
+  elseif curr + cost <= limit then
+    -- It fits once enough of the previous window has slid out:
+    -- prev * (period - e) <= (limit - curr - cost) * period.
+    retry = period - floor_div((limit - curr - cost) * period, prev) - elapsed
+  else
+    -- Not in this window: in the next, this window's count slides out.
+    retry = period - elapsed + period - floor_div((limit - cost) * period, curr)
   end
-end
+  local remaining = floor_div(full - used, period)
+  -- Empty (an estimate of 0) once this window's hits have slid out: the end
+  -- of the next window; with none here, the end of this one.
+  local reset = 0
+  if curr > 0 then
+    reset = 2 * period - elapsed
+  elseif prev > 0 then
+    reset = period - elapsed
+  end
 
-return {allowed and 1 or 0, remaining, retry, reset, curr, prev, elapsed}
+  if commit then
+    if allowed then
+      redis.call('HSET', key, 'w', int(window), 'c', int(curr), 'p', int(prev))
+      -- The counts matter until the next window ends; with CLOCK "app" a TTL
+      -- relative to now holds whatever the skew to the server's clock.
+      redis.call('PEXPIRE', key, int(2 * period - elapsed))
+    elseif state[1] then
+      -- A denied hit changes nothing, but heals a TTL that was removed.
+      redis.call('PEXPIRE', key, int(math.max(reset, 1)))
+    end
+  end
+
+  return {allowed and 1 or 0, remaining, retry, reset, curr, prev, elapsed}
+end

@@ -28,11 +28,12 @@ from django_rl.algorithms.base import (
     RateAlgorithm,
     Reading,
     ScriptAlgorithm,
+    algorithm_script,
 )
 from django_rl.backends import LuaScript
 from django_rl.rates import Rate
 
-SCRIPT = LuaScript.from_package(__package__, "sliding_window.lua")
+SCRIPT = algorithm_script("sliding_window")
 
 #: ``limit * period_ms`` stays below this (Lua's doubles are exact below 2^53).
 MAX_UNITS = 2**52

@@ -18,12 +18,13 @@ from django_rl.algorithms.base import (
     ParameterError,
     Reading,
     ScriptAlgorithm,
+    algorithm_script,
     whole_count,
 )
 from django_rl.backends import LuaScript
 from django_rl.rates import Rate
 
-SCRIPT = LuaScript.from_package(__package__, "token_bucket.lua")
+SCRIPT = algorithm_script("token_bucket")
 
 #: capacity * period_ms must stay exact in Lua's doubles.
 MAX_UNITS = 2**52

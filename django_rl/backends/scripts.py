@@ -43,6 +43,13 @@ class LuaScript:
         source = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
         return cls(source, name=filename)
 
+    @classmethod
+    def from_parts(cls, package: str, filenames: Sequence[str], main: str, name: str) -> LuaScript:
+        """Join the files ``filenames`` shipped inside ``package``, then ``main``: one script."""
+        files = resources.files(package)
+        parts = [files.joinpath(filename).read_text(encoding="utf-8") for filename in filenames]
+        return cls("\n".join([*parts, main]), name=name)
+
     def __call__(self, client: Redis, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run the script on ``client`` and return its reply."""
         try:

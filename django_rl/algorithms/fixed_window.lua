@@ -1,0 +1,38 @@
+-- Fixed window, as one algorithm of a script (together.lua). Alone, a fixed
+-- window decides with a MULTI/EXEC instead (fixed_window.py); this counts in
+-- the same keys, so both see one state.
+--
+-- keys     the counters of the windows the caller's estimate of the clock
+--          allows, oldest first (one, or two at an edge): <key>:<window>
+-- args[1]  period in ms
+-- args[2]  limit
+-- args[3]  the window of keys[1]
+--
+-- Returns {allowed (1/0, or -1: the window of `now` is not among keys),
+-- remaining, retry_after_ms, reset_after_ms, the count, now}.
+--
+-- Unlike the MULTI, a denied hit counts nowhere here (a look comes before
+-- the count): all of a request's policies count it or none does.
+
+local function fixed_window(keys, now, cost, commit, args)
+  local period = tonumber(args[1])
+  local limit = tonumber(args[2])
+  local window = math.floor(now / period)
+  local key = keys[window - tonumber(args[3]) + 1]
+  if not key then return {-1, 0, 0, 0, 0, now} end
+  local reset = (window + 1) * period - now
+  local count = tonumber(redis.call('GET', key) or '0')
+  local allowed = count + cost <= limit
+  if allowed and commit then
+    count = redis.call('INCRBY', key, cost)
+    -- The counter dies when its window ends: with the server's clock that is
+    -- PEXPIREAT of the end; with CLOCK "app", a TTL relative to now holds
+    -- whatever the skew to the server (see fixed_window.py). Set only when
+    -- missing, as PEXPIREAT ... NX does, so writers never shorten it.
+    if redis.call('PTTL', key) < 0 then redis.call('PEXPIRE', key, int(reset)) end
+  end
+  if allowed then
+    return {1, limit - count, 0, reset, count, now}
+  end
+  return {0, math.max(limit - count, 0), reset, reset, count, now}
+end
