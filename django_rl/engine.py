@@ -24,10 +24,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django_rl import together
 from django_rl.decision import Decision
 from django_rl.headers import record
 from django_rl.inline import InlineSpec
 from django_rl.policies import Policy, get_policy, inline_policy
+from django_rl.policy import Pending
 
 #: The attribute that says whether any policy denied the request.
 LIMITED = "limited"
@@ -65,22 +67,58 @@ class Limit:
         return found
 
     def hit(self, request: Any) -> list[Decision]:
-        """Hit every policy for ``request`` (it must apply); return their Decisions.
-
-        Every policy counts the request, even once one has denied it, the way
-        DRF runs all of a view's throttles.
-        """
+        """Hit every policy for ``request`` (it applies), all or nothing; return the Decisions."""
         return hit_all(request, self.policies(), self.cost)
 
 
 def hit_all(request: Any, policies: Iterable[Policy], cost: int = 1) -> list[Decision]:
-    """Hit each of ``policies`` that applies to ``request``; return their Decisions."""
-    decisions = []
+    """Hit each of ``policies`` that applies to ``request`` together; return their Decisions.
+
+    All or nothing (``together.py``): when a policy denies the request, no
+    policy counts it; when none does, each counts it. One round trip where
+    the policies' keys share a slot.
+    """
+    made: list[tuple[Policy, str, Pending | Decision]] = []
     for policy in policies:
-        decision = policy.hit_request(request, cost)
-        if decision is not None:
-            decisions.append(decision)
-    return decisions
+        prepared = policy.prepare_request(request, cost)
+        if prepared is not None:
+            made.append((policy, *prepared))
+    if not made:
+        return []
+    decided = together.decide([(policy, m) for policy, _, m in made])
+    return [
+        policy.report_request(request, identity, decision)
+        for (policy, identity, _), decision in zip(made, decided, strict=True)
+    ]
+
+
+def hit_many(hits: Iterable[tuple[Policy | str, str, int]]) -> list[Decision]:
+    """Count several hits together, all or nothing; return a Decision for each, in order.
+
+    Each hit is ``(policy or its name, identity, cost)``. When any policy
+    denies its hit, no hit is counted, and every Decision reports its
+    policy's state without its hit (``allowed``: whether that policy alone
+    would have allowed it); when none denies, every hit is counted. One
+    round trip where the keys share a slot (one server, Sentinel, or one
+    identity's keys on a cluster); across slots, see ``together.py``. Two
+    hits of one policy and identity count as one of their summed cost.
+
+    For code outside views; a per-plan policy (a rate function) cannot be
+    hit here (``TypeError``: it needs a request). Never raises for Redis
+    trouble: degraded Decisions, as :meth:`Policy.hit`.
+
+    :raises ConfigurationError: for a name that is not a valid policy.
+    :raises ValueError: for a cost that is not a whole number from 1 to its limit.
+    """
+    made: list[tuple[Policy, str, Pending | Decision]] = []
+    for policy_or_name, identity, cost in hits:
+        policy = get_policy(policy_or_name) if isinstance(policy_or_name, str) else policy_or_name
+        made.append((policy, identity, policy.prepare(identity, cost)))
+    decided = together.decide([(policy, m) for policy, _, m in made])
+    return [
+        policy.report(identity, decision)
+        for (policy, identity, _), decision in zip(made, decided, strict=True)
+    ]
 
 
 def settle(request: Any, decisions: Sequence[Decision]) -> list[Decision]:

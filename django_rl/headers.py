@@ -135,9 +135,9 @@ def header_values(decisions: Sequence[Decision], mode: str) -> dict[str, str]:
 def closest_to_denial(decisions: Iterable[Decision]) -> Decision:
     """Return the decision ``RateLimit`` reports: the one nearest to denying.
 
-    A denying decision comes first, the one with the longest wait among
-    several; else the one with the fewest hits left, the longer wait to
-    recover breaking a tie.
+    A denying decision comes first; among several, or when none denies,
+    the one with the fewest hits left, the longer wait (to retry, or to
+    recover) breaking a tie.
     """
     return min(decisions, key=_nearness)
 
@@ -167,8 +167,8 @@ def quota_window(algorithm: Any) -> int | None:
     return max(1, -(-limit * rate.period_ms // (rate.limit * 1000)))
 
 
-def _nearness(decision: Decision) -> tuple[bool, float, int, float]:
-    return (decision.allowed, -decision.retry_after, decision.remaining, -decision.reset_after)
+def _nearness(decision: Decision) -> tuple[bool, int, float]:
+    return (decision.allowed, decision.remaining, -_wait(decision))
 
 
 def _wait(decision: Decision) -> float:

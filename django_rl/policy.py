@@ -11,12 +11,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from redis.exceptions import RedisError
 
 from django_rl import reset_epoch
-from django_rl.algorithms import Algorithm, ParameterError, StaticAlgorithm, Unlimited
+from django_rl.algorithms import Algorithm, Outcome, ParameterError, StaticAlgorithm, Unlimited
 from django_rl.backends import Backend, RedisNode
 from django_rl.decision import Decision
 from django_rl.deny_cache import DenyCache
@@ -44,6 +44,21 @@ from django_rl.reprs import short_repr
 DEGRADED_RETRY_AFTER = 1.0
 
 logger = logging.getLogger("django_rl")
+
+
+class Pending(NamedTuple):
+    """A hit that only Redis can decide: what a policy needs to ask and to read the answer.
+
+    :ivar key: the identity's base key at ``variant``.
+    :ivar asked_at: the deny cache's clock when it was made (0.0 without one).
+    """
+
+    policy: Policy
+    variant: Variant
+    identity: str
+    key: str
+    cost: int
+    asked_at: float
 
 
 class Policy:
@@ -258,14 +273,31 @@ class Policy:
 
         A policy in shadow mode returns the same Decision with ``shadow=True``.
         """
-        decision = self._hit_identity(identity, cost, request=request)
+        # Not deferred: a Decision.
+        made = cast(Decision, self._hit_identity(identity, cost, request=request))
+        return self.report(identity, made)
+
+    def prepare(self, identity: str, cost: int = 1, *, request: Any = None) -> Pending | Decision:
+        """Return the hit that Redis must decide, or its Decision when none is needed.
+
+        As :meth:`hit` up to the round trip (overrides, static rates, the
+        deny cache, the cost's checks), for callers that decide several
+        policies' hits together (``engine.py``). Give the Decision made of
+        it (:meth:`answered`, :meth:`unanswered`) to :meth:`report`.
+        """
+        return self._hit_identity(identity, cost, request=request, defer=True)
+
+    def report(self, identity: str, decision: Decision) -> Decision:
+        """Return ``decision`` marked for shadow mode, counted in the metrics and history."""
         if self.shadow:
             decision = replace(decision, shadow=True)
         count_decision(self.name, decision)
         record_history(self.name, decision, identity)
         return decision
 
-    def _hit_identity(self, identity: str, cost: int = 1, *, request: Any = None) -> Decision:
+    def _hit_identity(
+        self, identity: str, cost: int = 1, *, request: Any = None, defer: bool = False
+    ) -> Decision | Pending:
         """Count a hit of weight ``cost`` for ``identity`` and decide, in one round trip.
 
         Never raises for Redis trouble: if Redis cannot answer (no answer, or
@@ -283,6 +315,7 @@ class Policy:
         rate, an exemption (allowed, ``limit`` 0, no Redis call) or a block
         (denied, no Redis call).
 
+        :param defer: return the :class:`Pending` hit instead of asking Redis.
         :raises TypeError: for a per-plan policy without ``request``.
         :raises ValueError: if ``cost`` is not a whole number from 1 to the limit
             (a hit heavier than the limit could never be allowed).
@@ -304,30 +337,53 @@ class Policy:
         if isinstance(variant.algorithm, StaticAlgorithm):
             return self._static(variant, cost)
         self._check_cost(variant, cost)
+        if defer:
+            return self._pending(variant, identity, cost)
         return self._hit(variant, identity, cost)
 
     def _hit(self, variant: Variant, identity: str, cost: int) -> Decision:
-        key = variant.key_head + safe_identity(identity) + variant.key_tail
-        denials = self.denials
-        if denials is not None:
-            known = denials.lookup(key, cost)
-            if known is not None:
-                count_deny_cache_answer(self.name)
-                return known
-            asked_at = denials.clock()
+        pending = self._pending(variant, identity, cost)
+        if not isinstance(pending, Pending):
+            return pending  # the deny cache's answer
+        return self.ask(pending)
+
+    def ask(self, pending: Pending) -> Decision:
+        """Count ``pending`` in Redis and decide in one round trip (degraded if Redis cannot)."""
+        algorithm = pending.variant.algorithm
         measured = metrics()
         try:
             if measured is None:
-                outcome = self.backend.run(key, variant.algorithm.hit, cost)
+                outcome = self.backend.run(pending.key, algorithm.hit, pending.cost)
             else:
                 began = time.perf_counter()
-                outcome = self.backend.run(key, variant.algorithm.hit, cost)
+                outcome = self.backend.run(pending.key, algorithm.hit, pending.cost)
                 measured.pending.observe(time.perf_counter() - began)
         except RedisError:
             # The node counted it, and logged its outage or incident once.
-            if self.fallback is not None:
-                return self.fallback.hit(identity, cost)
-            return self._degraded(variant)
+            return self.unanswered(pending)
+        return self.answered(pending, outcome)
+
+    def _pending(self, variant: Variant, identity: str, cost: int) -> Pending | Decision:
+        """Return the hit Redis must decide, or the deny cache's Decision for it."""
+        key = variant.key_head + safe_identity(identity) + variant.key_tail
+        denials = self.denials
+        if denials is None:
+            return Pending(self, variant, identity, key, cost, 0.0)
+        known = denials.lookup(key, cost)
+        if known is not None:
+            count_deny_cache_answer(self.name)
+            return known
+        return Pending(self, variant, identity, key, cost, denials.clock())
+
+    def answered(self, pending: Pending, outcome: Outcome, *, counted: bool = True) -> Decision:
+        """Return the Decision of Redis's ``outcome`` for ``pending``.
+
+        :param counted: whether the hit was counted (``False``: Redis only
+            looked, because another policy of the request denied it). A
+            denial is remembered by the deny cache either way: it is the
+            policy's own state that denies.
+        """
+        variant = pending.variant
         fallback = self.fallback
         if fallback is not None and fallback.store.deciding:
             fallback.store.redis_answered()  # local decisions end: Redis counts again
@@ -343,12 +399,20 @@ class Policy:
             False,
             variant.window,
         )
-        if denials is not None and not allowed:
+        if self.denials is not None and not allowed:
             any_cost = variant.algorithm.denial_holds_for_any_cost
-            denials.remember(key, decision, cost, asked_at, any_cost=any_cost)
-        if self.rates is not None and self.rates.due(variant):
+            self.denials.remember(
+                pending.key, decision, pending.cost, pending.asked_at, any_cost=any_cost
+            )
+        if counted and self.rates is not None and self.rates.due(variant):
             self._record_rate(variant)
         return decision
+
+    def unanswered(self, pending: Pending) -> Decision:
+        """Return the Decision for ``pending`` when Redis could not answer (degraded)."""
+        if self.fallback is not None:
+            return self.fallback.hit(pending.identity, pending.cost)
+        return self._degraded(pending.variant)
 
     def peek(self, identity: str, *, request: Any = None) -> Decision:
         """Return what a hit of cost 1 would be told now, counting nothing (see :meth:`_peek`).
@@ -499,18 +563,35 @@ class Policy:
         identity = self.identify(request)
         if identity is None:
             return None
-        decision = self._hit_request(request, identity, cost)
+        decision = cast("Decision | None", self._hit_request(request, identity, cost))
         if decision is None:
             return None
-        if self.shadow:
-            decision = replace(decision, shadow=True)
-        count_decision(self.name, decision)
-        record_history(self.name, decision, identity)
+        return self.report_request(request, identity, decision)
+
+    def prepare_request(self, request: Any, cost: int = 1) -> tuple[str, Pending | Decision] | None:
+        """Return the identity and the hit Redis must decide (or its Decision); ``None``: no limit.
+
+        :meth:`hit_request` up to the round trip (see :meth:`prepare`); give
+        the Decision to :meth:`report_request`.
+        """
+        if self.unlimited:
+            return None
+        identity = self.identify(request)
+        if identity is None:
+            return None
+        made = self._hit_request(request, identity, cost, defer=True)
+        return None if made is None else (identity, made)
+
+    def report_request(self, request: Any, identity: str, decision: Decision) -> Decision:
+        """As :meth:`report`, and report a denial (the signal, the denials log)."""
+        decision = self.report(identity, decision)
         if not decision.allowed:
             report_denial(request, self.name, identity, decision)
         return decision
 
-    def _hit_request(self, request: Any, identity: str, cost: int) -> Decision | None:
+    def _hit_request(
+        self, request: Any, identity: str, cost: int, *, defer: bool = False
+    ) -> Decision | Pending | None:
         """Hit for ``request``, counted as ``identity``; ``None`` when no limit applies.
 
         It does not apply when the identity function returns ``None``, or a
@@ -546,6 +627,8 @@ class Policy:
                 return self._static(variant, cost)
             return self._too_heavy(variant, cost)
         self._check_cost(variant, cost)
+        if defer:
+            return self._pending(variant, identity, cost)
         return self._hit(variant, identity, cost)
 
     def _check_cost(self, variant: Variant, cost: int) -> None:

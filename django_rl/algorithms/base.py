@@ -134,6 +134,25 @@ class Algorithm(Protocol):
         """Return the Redis keys that may hold this identity's state now."""
         ...
 
+    def script_entry(self, node: RedisNode, key: str) -> tuple[list[str], Sequence[int | str]]:
+        """Return the keys and parameters of this algorithm's Lua function (``prelude.lua``).
+
+        For a script that decides several policies together (``together.lua``).
+        """
+        ...
+
+    def script_outcome(
+        self, node: RedisNode, reply: Sequence[int], sent: float, received: float
+    ) -> Outcome | None:
+        """Turn this algorithm's reply within such a script into an Outcome.
+
+        ``None`` when the reply says the hit could not be decided with the
+        keys given (``fixed_window``: the server's window was not among them):
+        then ask again. ``sent`` and ``received`` are the local monotonic
+        times around the round trip, for what the reply tells of the clock.
+        """
+        ...
+
 
 def fingerprint_text(algorithm: Algorithm) -> str:
     """Return what a policy's key fingerprint is made from.
@@ -262,3 +281,12 @@ class ScriptAlgorithm:
 
     def keys(self, node: RedisNode, key: str) -> list[str]:
         return [key]
+
+    def script_entry(self, node: RedisNode, key: str) -> tuple[list[str], Sequence[int | str]]:
+        # The parameters are the script's ARGV without the cost, commit and time.
+        return [key], self.script_args(1, "0")[:-2]
+
+    def script_outcome(
+        self, node: RedisNode, reply: Sequence[int], sent: float, received: float
+    ) -> Outcome | None:
+        return self.outcome(reply)

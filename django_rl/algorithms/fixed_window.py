@@ -43,7 +43,7 @@ PTTL key; EXEC``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django_rl.algorithms.base import Outcome, RateAlgorithm, Reading, ReadReplies, read_now
@@ -199,6 +199,34 @@ class FixedWindow(RateAlgorithm):
             return Reading(outcome, count, over if count > limit else "")
 
         return read
+
+    def script_entry(self, node: RedisNode, key: str) -> tuple[list[str], Sequence[int | str]]:
+        """Return the counters of the windows the server may be in, and the parameters.
+
+        ``fixed_window.lua`` reads the server's time and picks the counter of
+        its window: one key, or two when the clock's bounds straddle an edge.
+        With ``CLOCK: "app"`` the window of this host's clock (the script is
+        given the time, read again: at an edge between the two reads it
+        answers -1 and is asked again).
+        """
+        period = self.rate.period_ms
+        if node.app_clock:
+            low = high = node.now_ms()
+        else:
+            low, high = node.now_range_ms()
+        first = low // period
+        last = min(high // period, first + 1)
+        return [f"{key}:{w}" for w in range(first, last + 1)], (period, self.rate.limit, first)
+
+    def script_outcome(
+        self, node: RedisNode, reply: Sequence[int], sent: float, received: float
+    ) -> Outcome | None:
+        allowed, remaining, retry_ms, reset_ms, _, server_ms = reply[:6]
+        if not node.app_clock:
+            node.clock.observe(server_ms, sent, received)
+        if allowed < 0:
+            return None
+        return Outcome(bool(allowed), remaining, retry_ms, reset_ms)
 
     def keys(self, node: RedisNode, key: str) -> list[str]:
         # The neighbours too: the local clock estimate may sit a hair on the

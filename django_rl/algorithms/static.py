@@ -18,7 +18,7 @@ no rows for them and ``reset`` has nothing to delete.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django_rl.algorithms.base import Outcome, Reading, ReadReplies
@@ -78,6 +78,14 @@ class StaticAlgorithm:
 
     def keys(self, node: RedisNode, key: str) -> list[str]:
         return []
+
+    def script_entry(self, node: RedisNode, key: str) -> tuple[list[str], Sequence[int | str]]:
+        raise TypeError("a static rate is decided without Redis")
+
+    def script_outcome(
+        self, node: RedisNode, reply: Sequence[int], sent: float, received: float
+    ) -> Outcome | None:
+        raise TypeError("a static rate is decided without Redis")
 
 
 class Unlimited(StaticAlgorithm):

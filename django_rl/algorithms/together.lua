@@ -7,11 +7,14 @@
 -- ARGV[1]  the time in ms (CLOCK "app"), or '' to read the server's TIME
 -- ARGV[2]  '1' to count the hit when all allow, '0' to only look
 -- then per policy: its algorithm's name, the number of its keys, of its
--- parameters, the cost, then the parameters
+-- parameters, the cost, '1' if its denial denies the request ('0': a
+-- policy in shadow mode, which never denies), then the parameters
 --
--- Returns {1 if every policy allowed (and, with ARGV[2] '1', counted), else
--- 0; then each policy's reply}. Every reply is its algorithm's answer (see
--- prelude.lua): after counting when all allowed, else of a look (the state
+-- Returns {1 if the hit was counted, else 0; then each policy's reply}. It
+-- is counted when ARGV[2] is '1' and no policy whose denial denies the
+-- request denies it; then each policy counts it as it would alone (a shadow
+-- policy that denies counts nothing). Every reply is its algorithm's answer
+-- (see prelude.lua): of counting when counted, else of a look (the state
 -- without this hit). A policy that answers -1 (fixed_window: the clock's
 -- estimate missed) makes the whole call count nothing.
 
@@ -26,25 +29,27 @@ local at, first_key = 3, 1
 while at <= #ARGV do
   local nkeys, nargs = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
   local p = {
-    decide = algorithms[ARGV[at]], cost = tonumber(ARGV[at + 3]),
+    decide = algorithms[ARGV[at]], cost = tonumber(ARGV[at + 3]), veto = ARGV[at + 4] == '1',
     keys = {unpack(KEYS, first_key, first_key + nkeys - 1)},
-    args = {unpack(ARGV, at + 4, at + 3 + nargs)},
+    args = {unpack(ARGV, at + 5, at + 4 + nargs)},
   }
   policies[#policies + 1] = p
   first_key = first_key + nkeys
-  at = at + 4 + nargs
+  at = at + 5 + nargs
 end
 
 local replies = {}
 local all = 1
 for i, p in ipairs(policies) do
   replies[i] = p.decide(p.keys, now, p.cost, false, p.args)
-  if replies[i][1] ~= 1 then all = 0 end
+  local allowed = replies[i][1]
+  if allowed == -1 or (allowed == 0 and p.veto) then all = 0 end
 end
-if all == 1 and ARGV[2] == '1' then
-  -- The looks saw every policy allow. Counting changes each policy's own
-  -- keys only (the caller merges uses of one key into one policy), so each
-  -- count allows as its look did.
+if ARGV[2] ~= '1' then all = 0 end
+if all == 1 then
+  -- No policy that can deny the request denied it in its look. Counting
+  -- changes each policy's own keys only (the caller merges uses of one key
+  -- into one policy), so each count decides as its look did.
   for i, p in ipairs(policies) do
     replies[i] = p.decide(p.keys, now, p.cost, true, p.args)
   end

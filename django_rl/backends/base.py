@@ -41,6 +41,10 @@ class Backend(Protocol):
         """
         ...
 
+    def slot_of(self, key: str) -> int:
+        """Return the hash slot of ``key`` (0 on one server): keys of a slot can share a script."""
+        ...
+
     def node_for(self, key: str) -> RedisNode:
         """Return the node that owns ``key`` (the only one, on a single server).
 

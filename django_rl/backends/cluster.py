@@ -126,6 +126,9 @@ class ClusterBackend:
             cluster = self._cluster = client
         return cluster
 
+    def slot_of(self, key: str) -> int:
+        return int(key_slot(key.encode()))
+
     def node_for(self, key: str) -> ClusterMember:
         table = self._table
         if table is None:

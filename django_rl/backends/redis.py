@@ -27,6 +27,9 @@ class RedisBackend(RedisNode):
     sentinels where the primary is).
     """
 
+    def slot_of(self, key: str) -> int:
+        return 0
+
     def node_for(self, key: str) -> RedisNode:
         return self
 
