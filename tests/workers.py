@@ -59,11 +59,38 @@ def policy_and_hit(name: str) -> tuple[Any, Any]:
     from django_rl.inline import InlineSpec
     from django_rl.policies import get_policy, inline_policy
 
+    if TOGETHER in name:
+        return together_and_hit(name)
+
     policy = inline_policy(InlineSpec(*INLINE)) if name == "inline" else get_policy(name)
     if policy.per_request:
         request = RequestFactory().get("/")
         return policy, functools.partial(policy.hit, request=request)
     return policy, policy.hit
+
+
+#: Joins the names of policies hit together (``hit_many``) into one name.
+TOGETHER = "+"
+
+
+def together_and_hit(name: str) -> tuple[Any, Any]:
+    """Return the first policy of ``"a+b+..."`` and ``hit(identity, cost)`` of them all together.
+
+    The hit is allowed when every policy allowed it (``hit_many``: all or
+    nothing), each on ``identity``.
+    """
+    from types import SimpleNamespace
+
+    from django_rl import hit_many
+    from django_rl.policies import get_policy
+
+    policies = [get_policy(part) for part in name.split(TOGETHER)]
+
+    def hit(identity: str, cost: int) -> Any:
+        decisions = hit_many([(policy, identity, cost) for policy in policies])
+        return SimpleNamespace(allowed=all(d.allowed for d in decisions))
+
+    return policies[0], hit
 
 
 def peek(policy: Any, identity: str) -> Any:

@@ -1,0 +1,180 @@
+"""A request's policies decided together: all or nothing, one round trip (together.py).
+
+Counted on the server: ``INFO stats`` (reads of client commands) and
+``INFO commandstats`` on a redis-server of the test's own, with the history
+off so that nothing else writes to it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from django_rl import get_policy, hit_many
+from django_rl.decision import Decision
+from django_rl.exceptions import ConfigurationError
+
+POLICIES = {
+    "burst": {"algorithm": "token_bucket", "capacity": 2, "rate": "1/h", "key": "ip"},
+    "sustained": {"algorithm": "sliding_log", "rate": "10/m", "key": "ip"},
+    "daily": {"algorithm": "fixed_window", "rate": "100/d", "key": "ip"},
+    "tight": {"algorithm": "gcra", "rate": "1/h", "burst": 1, "key": "ip"},
+    "windowed": {"algorithm": "sliding_window", "rate": "50/h", "key": "ip"},
+    "watched": {"algorithm": "sliding_log", "rate": "1/h", "key": "ip", "mode": "shadow"},
+    "closed": {"algorithm": "fixed_window", "rate": "0/m", "key": "ip"},
+}
+URLS = ["/three/", "/three-async/", "/api/three/"]
+
+
+@pytest.fixture
+def limits(settings):
+    settings.DJANGO_RL = {"POLICIES": POLICIES, "HISTORY": False}
+    settings.ROOT_URLCONF = "tests.urls_together"
+
+
+def remaining(name: str, identity: str) -> int:
+    return get_policy(name).peek(identity).remaining
+
+
+def server_counts(client) -> tuple[int, dict[str, int]]:
+    """Return the server's reads of client commands and its calls of each command."""
+    reads = int(client.info("stats")["total_reads_processed"])
+    calls = {
+        name.removeprefix("cmdstat_"): int(stats["calls"])
+        for name, stats in client.info("commandstats").items()
+    }
+    return reads, calls
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_three_policies_one_round_trip_per_request(settings, limits, private_redis, url):
+    # No deny cache: it reads the reset token when it remembers a denial.
+    settings.DJANGO_RL = {**settings.DJANGO_RL, "DENY_CACHE_SIZE": 0}
+    admin = private_redis.client()
+    Client(REMOTE_ADDR="203.0.113.6").get(url)  # connect, learn the server, load the script
+    client = Client(REMOTE_ADDR="203.0.113.7")
+    reads_before, calls_before = server_counts(admin)
+    statuses = [client.get(url).status_code for _ in range(3)]
+    reads_after, calls_after = server_counts(admin)
+    # The bucket of 2 allows two, then burst denies (Redis's denial: the
+    # deny cache answers only later ones).
+    assert statuses == [200, 200, 429]
+    # Each INFO is one read: the first is counted before it answers, the
+    # second and third (commandstats, stats) come after.
+    assert reads_after - reads_before == 3 + 2
+    grew = {
+        name: calls_after.get(name, 0) - calls_before.get(name, 0)
+        for name in calls_after
+        if calls_after.get(name, 0) != calls_before.get(name, 0) and name != "info"
+    }
+    # Every request is one EVALSHA of the three policies (the commands the
+    # script runs inside count too, but no other command came from a client).
+    assert grew["evalsha"] == 3
+    assert not {"eval", "multi", "exec"} & set(grew)
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_a_request_burst_denies_costs_the_others_nothing(limits, url):
+    client = Client(REMOTE_ADDR="203.0.113.8")
+    assert [client.get(url).status_code for _ in range(5)] == [200, 200, 429, 429, 429]
+    identity = "ip:203.0.113.8"
+    assert remaining("daily", identity) == 98
+    assert remaining("sustained", identity) == 8
+    assert remaining("burst", identity) == 0
+
+
+def test_a_denied_requests_decisions_report_each_policys_own_state(limits):
+    client = Client(REMOTE_ADDR="203.0.113.9")
+    for _ in range(2):
+        client.get("/three/")
+    denied = client.get("/three/")
+    decisions = {d.policy: d for d in denied.wsgi_request.django_rl_decisions}
+    assert denied.status_code == 429
+    assert (decisions["burst"].allowed, decisions["burst"].remaining) == (False, 0)
+    # Not counted, and each says it alone would have allowed the request.
+    assert (decisions["sustained"].allowed, decisions["sustained"].remaining) == (True, 8)
+    assert (decisions["daily"].allowed, decisions["daily"].remaining) == (True, 98)
+    assert denied.wsgi_request.limited is True
+    # The headers report the denying policy; Retry-After its wait.
+    assert denied["RateLimit"].startswith('"burst";r=0')
+    assert int(denied["Retry-After"]) == pytest.approx(3600, abs=2)
+
+
+def test_hit_many_all_allow_all_count(limits):
+    decisions = hit_many([("burst", "a", 1), ("sustained", "a", 2), (get_policy("daily"), "b", 3)])
+    assert [(d.policy, d.allowed, d.remaining) for d in decisions] == [
+        ("burst", True, 1),
+        ("sustained", True, 8),
+        ("daily", True, 97),
+    ]
+    assert all(isinstance(d, Decision) for d in decisions)
+
+
+@pytest.mark.parametrize("denier", ["tight", "burst", "windowed"])
+def test_hit_many_one_denies_none_counts(limits, denier):
+    identity = f"many-{denier}"
+    limit = {"tight": 1, "burst": 2, "windowed": 50}[denier]
+    for _ in range(limit):
+        assert get_policy(denier).hit(identity).allowed
+    hits = [("sustained", identity, 1), (denier, identity, 1), ("daily", identity, 4)]
+    for _ in range(3):
+        decisions = hit_many(hits)
+        assert [d.allowed for d in decisions] == [True, False, True]
+        assert [decisions[0].remaining, decisions[2].remaining] == [10, 100]
+    assert remaining("sustained", identity) == 10
+    assert remaining("daily", identity) == 100
+
+
+def test_a_denial_known_without_redis_counts_nothing(limits):
+    # "0/m" denies without Redis; the others are looked at, not counted.
+    decisions = hit_many([("closed", "z", 1), ("sustained", "z", 1), ("daily", "z", 1)])
+    assert [d.allowed for d in decisions] == [False, True, True]
+    assert [decisions[1].remaining, decisions[2].remaining] == [10, 100]
+    assert remaining("sustained", "z") == 10
+    assert remaining("daily", "z") == 100
+
+
+def test_a_deny_cache_answer_counts_nothing(limits):
+    burst = get_policy("burst")
+    for _ in range(3):
+        burst.hit("cached")  # the third is denied, and remembered
+    assert burst.denials is not None
+    decisions = hit_many([("burst", "cached", 1), ("sustained", "cached", 1)])
+    assert [d.allowed for d in decisions] == [False, True]
+    assert remaining("sustained", "cached") == 10
+
+
+def test_a_shadow_policy_never_denies_the_others(limits):
+    assert hit_many([("watched", "s", 1), ("sustained", "s", 1)])[0].allowed
+    # Over its limit: its would-be denial counts nothing and vetoes nothing.
+    decisions = hit_many([("watched", "s", 1), ("sustained", "s", 1)])
+    assert [(d.allowed, d.shadow, d.denies) for d in decisions] == [
+        (False, True, False),
+        (True, False, False),
+    ]
+    assert remaining("sustained", "s") == 8
+    assert get_policy("watched").peek("s").remaining == 0
+
+
+def test_two_uses_of_one_key_count_as_their_sum(limits):
+    decisions = hit_many([("sustained", "d", 4), ("sustained", "d", 5)])
+    assert [d.remaining for d in decisions] == [1, 1]
+    decisions = hit_many([("sustained", "d", 1), ("sustained", "d", 1)])
+    assert [d.allowed for d in decisions] == [False, False]
+    assert remaining("sustained", "d") == 1
+
+
+def test_hit_many_checks_its_arguments(limits):
+    with pytest.raises(ValueError, match="cost"):
+        hit_many([("sustained", "x", 0)])
+    with pytest.raises(ValueError, match="above the limit"):
+        hit_many([("burst", "x", 3)])
+    with pytest.raises(ConfigurationError):
+        hit_many([("missing", "x", 1)])
+    assert hit_many([]) == []
+
+
+def test_hit_many_follows_fail_open_when_redis_is_down(limits, private_redis):
+    private_redis.stop()
+    decisions = hit_many([("burst", "o", 1), ("daily", "o", 1)])
+    assert [(d.allowed, d.degraded) for d in decisions] == [(True, True), (True, True)]

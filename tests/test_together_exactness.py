@@ -1,0 +1,78 @@
+"""Exactness of policies decided together, on every topology: 16 threads and 4 processes.
+
+Every round all 20 workers hit a fresh identity through five policies at
+once (``hit_many``: every algorithm, each with its own limit), far more often
+than the tightest allows. The hits allowed must add up to the tightest
+limit exactly (a token bucket of 100), every round; and, because a hit one
+policy denies is counted by none, each other policy must have counted
+exactly those hits: its remaining is its limit less them, to the unit.
+Rounds of ``cost`` 3 admit 33 hits (99 units).
+
+The identity's keys share its hash tag, so on the cluster all five are in
+one slot: one script per hit there too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from tests import figures
+from tests.conftest import start_of_fresh_window
+from tests.races import PROCESS_ATTEMPTS, PROCESSES, THREADS, WorkerPool, race, spawned_pool
+from tests.workers import TOGETHER, peek, policy_and_hit, serve_rounds
+
+pytestmark = pytest.mark.slow
+
+POLICIES = {
+    "bucket": {"algorithm": "token_bucket", "capacity": 100, "rate": "100/h", "key": "ip"},
+    "gcra": {"algorithm": "gcra", "burst": 120, "rate": "120/h", "key": "ip"},
+    "window": {"algorithm": "sliding_window", "rate": "130/h", "key": "ip"},
+    "log": {"algorithm": "sliding_log", "rate": "150/h", "key": "ip"},
+    "fixed": {"algorithm": "fixed_window", "rate": "200/h", "key": "ip"},
+}
+LIMITS = {"bucket": 100, "gcra": 120, "window": 130, "log": 150, "fixed": 200}
+STACK = TOGETHER.join(POLICIES)
+ROUNDS = 10
+
+
+@pytest.fixture(scope="module")
+def worker_pool(topology) -> Iterator[WorkerPool]:
+    with spawned_pool(serve_rounds, topology.caches(), POLICIES) as pool:
+        yield pool
+
+
+@pytest.mark.parametrize("cost", [1, 3])
+def test_every_round_admits_the_tightest_limit_and_the_others_count_exactly_that(
+    request, settings, topology, keyspace, worker_pool, cost
+):
+    settings.DJANGO_RL = {"POLICIES": POLICIES}
+    _, hit = policy_and_hit(STACK)
+    hit("warm-up", 1)  # connect and load the script
+    expected = 100 // cost
+    totals = []
+    overlapped = 0
+    for round_ in range(ROUNDS):
+        start_of_fresh_window(keyspace, 3_600_000, min_left_ms=5_000)
+        identity = f"ip:198.51.{10 + cost}.{round_}"
+        total, at_once = race(
+            worker_pool,
+            (STACK, identity, PROCESS_ATTEMPTS, cost),
+            lambda identity=identity: hit(identity, cost).allowed,
+        )
+        totals.append(total)
+        overlapped += at_once
+        left = {name: peek(policy_and_hit(name)[0], identity).remaining for name in POLICIES}
+        assert left == {name: limit - expected * cost for name, limit in LIMITS.items()}
+    figures.record(
+        request.config,
+        f"exactness of policies decided together ({THREADS} threads + {PROCESSES} processes, "
+        "5 algorithms on one identity, the tightest 100/h)",
+        f"{topology.name:<8} cost {cost}: {ROUNDS} rounds, admitted per round: "
+        + ", ".join(f"{total} x{n}" for total, n in sorted(Counter(totals).items()))
+        + f" (expected {expected}); every other policy counted exactly those",
+    )
+    assert totals == [expected] * ROUNDS
+    assert overlapped >= ROUNDS // 2
