@@ -80,7 +80,16 @@ class KeptConnectionClient(Redis):
         connection: Any = self.connection
         try:
             connection.send_packed_command(connection.pack_command(*args))
-            return self.parse_response(connection, args[0], **options)  # type: ignore[no-untyped-call]
+            if options:
+                return self.parse_response(connection, args[0], **options)  # type: ignore[no-untyped-call]
+            # What parse_response does without options, the reply read as a
+            # transaction's are (see _read_replies).
+            (reply,) = _read_replies(connection, 1)
+            if isinstance(reply, ResponseError):
+                raise reply
+            callbacks: Any = self.response_callbacks
+            callback = callbacks.get(args[0])
+            return reply if callback is None else callback(reply)
         except (RedisConnectionError, RedisTimeoutError, TimeoutError):  # socket.timeout too
             connection.disconnect()
             raise
