@@ -16,7 +16,9 @@ innermost frame:
   such as the interpreter's allocation under a django_rl line);
 * **redis-py/hiredis**: redis-py's Python code, hiredis' C code;
 * **Django**: Django and DRF;
-* **other**: gunicorn, the standard library, the interpreter itself.
+* **other**: gunicorn, the standard library, the interpreter itself (its
+  cyclic garbage collector is listed apart: it runs inside whichever
+  allocation crosses its threshold, often a redis-py call's).
 
 Printed per path: the worker's CPU per request (from ``/proc``), the groups'
 shares of it in µs per request, and the top functions by own samples
@@ -56,6 +58,8 @@ SYSCALLS = re.compile(
     r"getpid|ioctl|fcntl|clock_gettime|gettimeofday|syscall|setsockopt|getsockopt|"
     r"getpeername|getsockname|connect)(64)?(_nocancel)?$"
 )
+#: CPython's cyclic garbage collector, in native frames.
+GC_FUNCTIONS = frozenset({"gc_collect_main", "gc_collect_with_callback", "gc_collect_generations"})
 #: py-spy's raw format: ``frame;frame;...;frame count``, outermost first.
 FRAME = re.compile(r"^(?P<function>.*?) \((?P<where>[^()]*?)(?::(?P<line>\d+))?\)$")
 
@@ -214,6 +218,13 @@ def parse_frame(text: str) -> tuple[str, str, bool]:
 def group_of(stack: list[str]) -> tuple[str, str]:
     """Return the group of one sample and the function it is charged to (see the docstring)."""
     frames = [parse_frame(frame) for frame in stack]
+    collecting = next((i for i, f in enumerate(frames) if f[2] and f[0] in GC_FUNCTIONS), None)
+    if collecting is not None:
+        # The cyclic garbage collector, run by whichever allocation crossed its
+        # threshold: the interpreter's work, not the allocating function's.
+        caller = next((f for f in reversed(frames[:collecting]) if not f[2]), None)
+        where = _python_group(caller[1]) if caller else "other"
+        return "other", f"garbage collection (triggered in {where} code)"
     function, where, native = frames[-1]
     if native and SYSCALLS.match(function) and ("libc" in where or "python" in where or not where):
         return "system calls", f"{function} ({_short(where)})"
