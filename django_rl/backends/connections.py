@@ -94,7 +94,8 @@ class KeptConnectionClient(Redis):
             connection.disconnect()
             raise
         finally:
-            if connection.should_reconnect():
+            should_reconnect = getattr(connection, "should_reconnect", None)  # redis-py 6+
+            if should_reconnect is not None and should_reconnect():
                 connection.disconnect()
                 connection.connect()
 
@@ -288,7 +289,9 @@ def _direct_possible(connection: Any) -> bool:
     way, so it records django_rl's commands too).
     """
     retry = getattr(connection, "retry", None)
-    if retry is None or retry.get_retries() != 0:
+    get_retries = getattr(retry, "get_retries", None)  # redis-py 5.0 has only _retries
+    retries = get_retries() if get_retries is not None else getattr(retry, "_retries", None)
+    if retries != 0:
         return False
     try:
         from redis.observability import recorder
