@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
 class Gunicorn:
     """The example project under gunicorn, sync workers, on a free loopback port."""
 
-    def __init__(self, redis_url: str) -> None:
+    def __init__(self, redis_url: str, workers: int = WORKERS) -> None:
+        self.workers_count = workers
         self.port = free_port()
         self.directory = tempfile.mkdtemp(prefix="django-rl-e2e-")
         self.env = {
@@ -93,7 +94,7 @@ class Gunicorn:
     def start(self) -> None:
         command = [
             sys.executable, "-m", "gunicorn",
-            "--workers", str(WORKERS), "--worker-class", "sync",
+            "--workers", str(self.workers_count), "--worker-class", "sync",
             "--bind", f"127.0.0.1:{self.port}",
             "--log-level", "warning", "--error-logfile", os.path.join(self.directory, "error.log"),
             "example_project.wsgi:application",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import random
 import shutil
 import signal
 import socket
@@ -81,10 +82,35 @@ def _credentials() -> str:
     return f"{servers.ACL_USER}:{servers.ACL_PASSWORD}@" if servers.ACL_MODE else ""
 
 
+def _port_range() -> range | None:
+    """Return the ports ``DJANGO_RL_PORTS`` (``"7400-7499"``) allows, or ``None`` (any)."""
+    text = os.environ.get("DJANGO_RL_PORTS", "").strip()
+    if not text:
+        return None
+    low, _, high = text.partition("-")
+    return range(int(low), int(high or low) + 1)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """Return a port of 127.0.0.1 that nothing is bound to now.
+
+    Any free port, or one of those ``DJANGO_RL_PORTS`` names (``"7400-7499"``:
+    on a machine shared with other servers, everything the suite and the
+    benches start stays in that range), tried in a random order.
+    """
+    allowed = _port_range()
+    if allowed is None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+    for port in random.sample(allowed, len(allowed)):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in DJANGO_RL_PORTS={os.environ['DJANGO_RL_PORTS']}")
 
 
 def caches_for(url: str, **options: object) -> dict[str, dict[str, object]]:

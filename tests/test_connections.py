@@ -8,6 +8,7 @@ import threading
 import pytest
 from django.test import override_settings
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_rl import get_policy
 from django_rl.backends import get_backend
@@ -109,3 +110,51 @@ def test_an_error_reply_in_a_multi_leaves_the_connection_usable(redis_client):
     # The INCRBY of the transaction whose other command failed inside EXEC ran.
     assert client.transaction_replies([("INCRBY", "k", 2), ("PTTL", "k")]) == [3, -1]
     assert get_backend("default").client is client
+
+
+def test_a_command_goes_straight_to_the_kept_connection_where_redis_py_would_add_nothing():
+    # django-redis' connections never retry: a command skips redis-py's
+    # execute_command (its lock, retry closure and metrics look-up).
+    client = get_backend("default").client
+    assert client.ping() is True
+    assert client._direct_ok is True
+    assert client.execute_command("SET", "direct-k", "1") is True  # SET's callback applied
+    assert client.get("direct-k") == b"1"
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        client.hget("direct-k", "f")  # an error reply: raised, the connection kept
+    assert client.connection._sock is not None
+    assert client.echo("still in step") == b"still in step"
+
+
+def test_a_connection_that_retries_takes_redis_pys_way(redis_server):
+    retrying = caches_for(
+        redis_server.url.removesuffix("/0") + "/6",
+        CONNECTION_POOL_KWARGS={"retry_on_timeout": True},
+    )
+    with override_settings(CACHES=retrying):
+        client = get_backend("default").client
+        assert client.ping() is True
+        assert client._direct_ok is False  # redis-py's retry decides, as configured
+        assert client.transaction_replies([("INCRBY", "retrying-k", 2)]) == [2]
+
+
+def test_no_answer_on_the_short_path_closes_the_connection():
+    server = RedisServer()
+    server.start()
+    try:
+        with override_settings(CACHES=caches_for(server.url)):
+            client = get_backend("default").client
+            assert client.ping() is True
+            server.pause()  # SIGSTOP: connected, no answer
+            try:
+                with pytest.raises(RedisTimeoutError, match="Timeout reading"):
+                    client.transaction_replies([("INCRBY", "paused-k", 1)])
+                assert client.connection._sock is None  # closed: replies may be left unread
+                with pytest.raises(RedisTimeoutError):
+                    client.execute_command("INCRBY", "paused-k", 1)
+                assert client.connection._sock is None
+            finally:
+                server.resume()
+            assert client.execute_command("INCRBY", "paused-k", 1) in (1, 2, 3)
+    finally:
+        server.close()

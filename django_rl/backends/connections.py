@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 #: A command as a redis-py pipeline stages it: its arguments and its options.
 Command = tuple[tuple[Any, ...], dict[str, Any]]
@@ -40,23 +42,62 @@ class KeptConnectionClient(Redis):
     #: Called when a connection that had worked is replaced (the server
     #: restarted, perhaps as another version): the node learns it again.
     on_reconnect: Callable[[], None] | None = None
+    #: Whether a command takes the short path (:meth:`_direct`); learned on first use.
+    _direct_ok: bool | None = None
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         try:
-            if self.asking:
-                result = self._exchange([(args, options)])[0].unwrap()
-            else:
-                result = super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+            result = self._command(args, options)
         except RedisConnectionError:
             if not self._worked:
                 raise
             self._reconnecting()
-            if self.asking:
-                result = self._exchange([(args, options)])[0].unwrap()
-            else:
-                result = super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+            result = self._command(args, options)
         self._worked = True
         return result
+
+    def _command(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+        if self.asking:
+            return self._exchange([(args, options)])[0].unwrap()
+        direct = self._direct_ok
+        if direct is None:
+            direct = self._direct_ok = _direct_possible(self.connection)
+        if direct:
+            return self._direct(args, options)
+        return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+
+    def _direct(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+        """Send one command on the kept connection and parse its reply: redis-py's own
+        ``execute_command`` for a connection that never retries, without its steps for
+        what this client never is (shared by threads: a lock; pooled: a checkout; retried:
+        a closure per call; observed by redis-py's OpenTelemetry: a look-up per call).
+
+        As redis-py does: an error redis-py's retry would handle (no answer, a
+        timeout) closes the connection before it is raised; a connection told
+        to reconnect (a server's maintenance notice) reconnects afterwards.
+        """
+        # redis-py's Connection is untyped; Any keeps mypy --strict quiet about it.
+        connection: Any = self.connection
+        try:
+            connection.send_packed_command(connection.pack_command(*args))
+            if options:
+                return self.parse_response(connection, args[0], **options)  # type: ignore[no-untyped-call]
+            # What parse_response does without options, the reply read as a
+            # transaction's are (see _read_replies).
+            (reply,) = _read_replies(connection, 1)
+            if isinstance(reply, ResponseError):
+                raise reply
+            callbacks: Any = self.response_callbacks
+            callback = callbacks.get(args[0])
+            return reply if callback is None else callback(reply)
+        except (RedisConnectionError, RedisTimeoutError, TimeoutError):  # socket.timeout too
+            connection.disconnect()
+            raise
+        finally:
+            should_reconnect = getattr(connection, "should_reconnect", None)  # redis-py 6+
+            if should_reconnect is not None and should_reconnect():
+                connection.disconnect()
+                connection.connect()
 
     def command_replies(self, commands: Sequence[Command]) -> list[Any]:
         """Send ``commands`` in one write (no ``MULTI``); return their replies, errors included.
@@ -142,37 +183,86 @@ class KeptConnectionClient(Redis):
         connection: Any = self.connection
         assert connection is not None, "a kept-connection client always holds one"
         # One ASKING before MULTI: the node checks the transaction's keys at
-        # EXEC, and the flag lasts until the transaction ends.
-        asking = [("ASKING",)] if self.asking else []
-        packed = connection.pack_commands([*asking, ("MULTI",), *commands, ("EXEC",)])
+        # EXEC, and the flag lasts until the transaction ends. MULTI, EXEC
+        # and ASKING are packed once per process; only the commands are here.
+        asking = self.asking
+        parts = [_ASKING, _MULTI] if asking else [_MULTI]
+        for command in commands:
+            parts += connection.pack_command(*command)
+        parts.append(_EXEC)
         # No lock: a kept-connection client belongs to one thread.
         try:
-            connection.send_packed_command(packed)
-            if asking:
-                connection.read_response()
-            # +OK for MULTI, +QUEUED for each command, then EXEC's array. An
-            # error reply (a command refused when queued: OOM, NOPERM, wrong
-            # arguments; then EXECABORT for EXEC) is read like any other, so
-            # the connection is left with nothing unread and stays usable.
-            error: ResponseError | None = None
-            for _ in range(len(commands) + 1):
-                error = _read_reply(connection, error)
-            replies: list[Any] | None = None
-            try:
-                replies = connection.read_response()
-            except ResponseError as exc:
-                error = error or exc
+            connection.send_packed_command([b"".join(parts)])
+            # (+OK for ASKING), +OK for MULTI, +QUEUED for each command, then
+            # EXEC's array. An error reply (a command refused when queued:
+            # OOM, NOPERM, wrong arguments; then EXECABORT for EXEC) is read
+            # like any other, so the connection is left with nothing unread
+            # and stays usable.
+            read = _read_replies(connection, len(commands) + 2 + asking)
+            if asking and isinstance(read[0], ResponseError):
+                raise read[0]  # not a cluster
         except BaseException:
             # Replies may be left unread on the socket: it cannot be reused as is.
             connection.disconnect()
             raise
+        error: ResponseError | None = None
+        for reply in read[asking:]:
+            if isinstance(reply, ResponseError):
+                error = reply
+                break  # the first, which says why (EXECABORT only says that one failed)
         if error is not None:
-            raise error  # the first, which says why (EXECABORT only says that one failed)
-        assert replies is not None
+            raise error
+        replies: list[Any] = read[-1]
         for reply in replies:
             if isinstance(reply, ResponseError):
                 raise reply
         return replies
+
+
+#: Commands without arguments, packed once (RESP, as every redis-py packer writes them).
+_MULTI = b"*1\r\n$5\r\nMULTI\r\n"
+_EXEC = b"*1\r\n$4\r\nEXEC\r\n"
+_ASKING = b"*1\r\n$6\r\nASKING\r\n"
+
+
+def _read_replies(connection: Any, count: int) -> list[Any]:
+    """Read ``count`` replies from ``connection``; an error reply is returned in its place.
+
+    What ``count`` calls of redis-py's ``Connection.read_response`` do, errors
+    and all (no answer: the connection is closed, ``ConnectionError`` or
+    ``TimeoutError`` naming the server; an error reply that means the server
+    cannot serve, such as ``LOADING``: closed and raised), in one ``try``: the
+    replies of a transaction come in one read, and its per-call work (the
+    server's name formatted for an error message that is not raised, the
+    protocol's test) was a tenth of a decision's client time. RESP3, whose
+    push messages redis-py's reader handles, takes redis-py's way.
+    """
+    if connection.protocol in (3, "3"):
+        return [_read_one(connection) for _ in range(count)]
+    parser = connection._parser
+    try:
+        replies = [parser.read_response() for _ in range(count)]
+    except TimeoutError as exc:  # socket.timeout
+        connection.disconnect()
+        raise RedisTimeoutError(f"Timeout reading from {connection._host_error()}") from exc
+    except OSError as exc:
+        connection.disconnect()
+        raise RedisConnectionError(
+            f"Error while reading from {connection._host_error()} : {exc.args}"
+        ) from exc
+    except BaseException:
+        connection.disconnect()
+        raise
+    if connection.health_check_interval:
+        connection.next_health_check = time.monotonic() + connection.health_check_interval
+    return replies
+
+
+def _read_one(connection: Any) -> Any:
+    try:
+        return connection.read_response()
+    except ResponseError as exc:
+        return exc
 
 
 class _Reply:
@@ -189,13 +279,28 @@ class _Reply:
         return self.value
 
 
-def _read_reply(connection: Any, error: ResponseError | None) -> ResponseError | None:
-    """Read one reply of a transaction; return the first error reply seen so far, if any."""
+def _direct_possible(connection: Any) -> bool:
+    """Return whether commands on ``connection`` may skip redis-py's ``execute_command``.
+
+    Only where it would do nothing more: a connection that never retries
+    (django-redis' default; decisions must not be sent twice by redis-py),
+    and redis-py's OpenTelemetry metrics off (redis-py 7 looks them up on
+    every command; a client made after they are turned on goes redis-py's
+    way, so it records django_rl's commands too).
+    """
+    retry = getattr(connection, "retry", None)
+    get_retries = getattr(retry, "get_retries", None)  # redis-py 5.0 has only _retries
+    retries = get_retries() if get_retries is not None else getattr(retry, "_retries", None)
+    if retries != 0:
+        return False
     try:
-        connection.read_response()
-    except ResponseError as exc:
-        return error or exc
-    return error
+        from redis.observability import recorder
+    except ImportError:  # redis-py before 7: no such metrics
+        return True
+    try:
+        return recorder._get_or_create_collector() is None
+    except Exception:  # a change of redis-py's internals: take its own way
+        return False
 
 
 def discard(client: Redis) -> None:
