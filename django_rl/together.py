@@ -12,8 +12,8 @@ not use up its ``daily`` quota.
   ``algorithms/together.lua``: every policy looks, then, if none denies,
   every one counts. A script runs alone on the server, so no other request
   comes between the looks and the counts.
-* **Several slots** (a cluster, policies of different identities): see
-  :func:`_decide_across`.
+* **Several slots** (a cluster, policies of different identities): one
+  script per slot, reserve and refund; see :func:`_decide_across`.
 * A policy in shadow mode never denies the request: it is counted when the
   others allow, and its own denial counts nothing, as alone.
 * A Decision of a hit that was not counted (another policy denied) reports
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
@@ -48,6 +48,13 @@ SCRIPT = LuaScript.from_parts(
     (PRELUDE, *(f"{name}.lua" for name in FRAGMENTS), "together.lua"),
     "",
     name="together.lua",
+)
+#: Takes back what ``SCRIPT`` counted on one slot when another slot denied.
+REFUND = LuaScript.from_parts(
+    "django_rl.algorithms",
+    (PRELUDE, *(f"{name}.lua" for name in FRAGMENTS), "refund.lua"),
+    "",
+    name="refund.lua",
 )
 
 #: Attempts before a decision gives up because ``fixed_window``'s estimate of
@@ -105,34 +112,67 @@ def _decide_merged(merged: list[Pending], *, count: bool) -> dict[str, Decision]
 
 def _decide_group(group: list[Pending], *, count: bool) -> dict[str, Decision]:
     """Decide the hits of one slot in one script; their Decisions by key."""
+    try:
+        call = _call(group, count=count)
+    except RedisError:
+        return {hit.key: hit.policy.unanswered(hit) for hit in group}
+    return call.answers(counted=call.counted)
+
+
+class _Call:
+    """One run of ``together.lua`` on one slot: what it was sent and what it answered."""
+
+    def __init__(
+        self,
+        group: Sequence[Pending],
+        sent: list[tuple[list[str], Sequence[int | str]]],
+        reply: Sequence[Any],
+        outcomes: list[Outcome],
+    ) -> None:
+        self.group = group
+        self.sent = sent  # each hit's keys and parameters
+        self.counted = bool(reply[0])
+        self.now = int(reply[1])
+        self.replies = reply[2:]
+        self.outcomes = outcomes
+
+    def answers(self, *, counted: bool) -> dict[str, Decision]:
+        return {
+            hit.key: hit.policy.answered(hit, outcome, counted=counted)
+            for hit, outcome in zip(self.group, self.outcomes, strict=True)
+        }
+
+    def vetoes(self) -> bool:
+        """Return whether a policy that enforces denied (so nothing was counted)."""
+        return any(
+            not outcome.allowed and not hit.policy.shadow
+            for hit, outcome in zip(self.group, self.outcomes, strict=True)
+        )
+
+
+def _call(group: list[Pending], *, count: bool) -> _Call:
     first = group[0]
     measured = metrics()
     began = time.perf_counter()
-    try:
-        counted, outcomes = first.policy.backend.run(first.key, run_script, group, count)
-    except RedisError:
-        return {hit.key: hit.policy.unanswered(hit) for hit in group}
+    call = first.policy.backend.run(first.key, run_script, group, count)
     if measured is not None:
         measured.pending.observe(time.perf_counter() - began)
-    return {
-        hit.key: hit.policy.answered(hit, outcome, counted=counted)
-        for hit, outcome in zip(group, outcomes, strict=True)
-    }
+    return call
 
 
-def run_script(
-    node: RedisNode, first_key: str, group: Sequence[Pending], count: bool
-) -> tuple[bool, list[Outcome]]:
-    """Run ``together.lua`` for ``group`` on ``node``; return whether it counted, and the outcomes.
+def run_script(node: RedisNode, first_key: str, group: Sequence[Pending], count: bool) -> _Call:
+    """Run ``together.lua`` for ``group`` on ``node`` (``count``: count if none denies).
 
     :raises ClockError: if ``fixed_window``'s window is missed :data:`MAX_ATTEMPTS` times.
     """
     for attempt in range(MAX_ATTEMPTS):
         keys: list[str] = []
         argv: list[int | str] = [node.script_time(), "1" if count else "0"]
+        entries = []
         for hit in group:
             algorithm = hit.variant.algorithm
             hit_keys, parameters = algorithm.script_entry(node, hit.key)
+            entries.append((hit_keys, parameters))
             keys += hit_keys
             veto = "0" if hit.policy.shadow else "1"
             argv += (algorithm.name, len(hit_keys), len(parameters), hit.cost, veto, *parameters)
@@ -141,10 +181,10 @@ def run_script(
         received = time.monotonic()
         outcomes = [
             hit.variant.algorithm.script_outcome(node, answer, sent, received)
-            for hit, answer in zip(group, reply[1:], strict=True)
+            for hit, answer in zip(group, reply[2:], strict=True)
         ]
         if None not in outcomes:
-            return bool(reply[0]), outcomes  # type: ignore[return-value]  # no None
+            return _Call(group, entries, reply, outcomes)  # type: ignore[arg-type]  # no None
         if attempt:
             node.clock.resync()  # still missed: the server's clock may have jumped
     raise ClockError(
@@ -152,6 +192,71 @@ def run_script(
     )
 
 
+def refund(node: RedisNode, first_key: str, call: _Call) -> list[Outcome]:
+    """Take back what ``call`` counted (``refund.lua``); return each hit's outcome after."""
+    keys: list[str] = []
+    argv: list[int | str] = [node.script_time(), call.now]
+    for hit, (hit_keys, parameters), done in zip(call.group, call.sent, call.replies, strict=True):
+        keys += hit_keys
+        argv += (hit.variant.algorithm.name, len(hit_keys), len(parameters), len(done), hit.cost)
+        argv += (*parameters, *done)
+    sent = time.monotonic()
+    replies = REFUND(node.client, keys, argv)
+    received = time.monotonic()
+    outcomes = []
+    for hit, reply in zip(call.group, replies, strict=True):
+        outcome = hit.variant.algorithm.script_outcome(node, reply, sent, received)
+        # A fixed window whose window ended meanwhile: nothing left to take back.
+        outcomes.append(outcome or Outcome(True, hit.variant.limit, 0, 0))
+    return outcomes
+
+
 def _decide_across(groups: list[list[Pending]]) -> dict[str, Decision]:
-    """Decide hits on several slots (a cluster): see the module's docstring."""
-    raise NotImplementedError
+    """Decide hits on several slots (a cluster): reserve, then refund if one slot denies.
+
+    The slots are asked one after another, each counting its hits if none
+    of its policies denies (one script each). When a slot denies, the hits
+    already counted on the slots before it are taken back (``refund.lua``,
+    one script per slot: exact, as if never counted) and the slots after it
+    are only looked at. So no policy ever holds more than its limit, and a
+    denied request leaves no charge; while a reservation is pending (from
+    its count to its refund: the round trips of the later slots and of the
+    refund, bounded by the socket timeout), a concurrent request may be
+    refused because of it. Round trips: one per slot, plus one per slot
+    refunded. A refund Redis cannot make leaves that slot's hits counted
+    (never over the limit; logged by the node).
+
+    Redis trouble on a slot: its hits get degraded Decisions; when one of
+    them denies (``FAIL_OPEN`` False, a fallback at its limit), the request
+    is denied and the reservations are refunded as above.
+    """
+    answers: dict[str, Decision] = {}
+    reserved: list[_Call] = []
+    denied = False
+    for group in groups:
+        if denied:
+            answers.update(_decide_group(group, count=False))
+            continue
+        try:
+            call = _call(group, count=True)
+        except RedisError:
+            degraded = {hit.key: hit.policy.unanswered(hit) for hit in group}
+            answers.update(degraded)
+            denied = any(not degraded[hit.key].allowed and not hit.policy.shadow for hit in group)
+            continue
+        if call.counted:
+            reserved.append(call)
+            answers.update(call.answers(counted=True))
+        else:
+            denied = True
+            answers.update(call.answers(counted=False))
+    if denied:
+        for call in reserved:
+            first = call.group[0]
+            try:
+                outcomes = first.policy.backend.run(first.key, refund, call)
+            except RedisError:
+                continue  # left counted: never over the limit
+            for hit, outcome in zip(call.group, outcomes, strict=True):
+                answers[hit.key] = hit.policy.answered(hit, outcome, counted=False)
+    return answers

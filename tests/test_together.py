@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from django_rl import get_policy, hit_many
+from django_rl import get_policy, hit_many, together
 from django_rl.decision import Decision
 from django_rl.exceptions import ConfigurationError
 
@@ -178,3 +178,33 @@ def test_hit_many_follows_fail_open_when_redis_is_down(limits, private_redis):
     private_redis.stop()
     decisions = hit_many([("burst", "o", 1), ("daily", "o", 1)])
     assert [(d.allowed, d.degraded) for d in decisions] == [(True, True), (True, True)]
+
+
+REFUNDED = {
+    "fixed_window": {"algorithm": "fixed_window", "rate": "100/h"},
+    "sliding_log": {"algorithm": "sliding_log", "rate": "100/h"},
+    "token_bucket": {"algorithm": "token_bucket", "capacity": 100, "rate": "100/h"},
+    "gcra": {"algorithm": "gcra", "burst": 100, "rate": "100/h"},
+    "sliding_window": {"algorithm": "sliding_window", "rate": "100/h"},
+}
+
+
+@pytest.mark.parametrize("name", list(REFUNDED))
+def test_a_refund_leaves_the_state_as_if_never_counted(settings, redis_client, name):
+    """A hit reserved on one slot, then taken back after later hits (together.refund)."""
+    settings.DJANGO_RL = {"POLICIES": REFUNDED, "HISTORY": False}
+    policy = get_policy(name)
+    policy.hit("r", 5)
+    pending = policy.prepare("r", 7)
+    backend = policy.backend
+    call = backend.run(pending.key, together.run_script, [pending], True)
+    assert call.counted
+    assert policy.peek("r").remaining == 100 - 12
+    for cost in (1, 2, 3):
+        assert policy.hit("r", cost).allowed  # counted while the reservation is pending
+    (outcome,) = backend.run(pending.key, together.refund, call)
+    assert outcome.remaining == 100 - 11
+    assert policy.peek("r").remaining == 100 - 11
+    # The state goes on as if the 7 had never counted: 89 more fit, not 90.
+    assert policy.hit("r", 89).allowed
+    assert not policy.hit("r", 1).allowed

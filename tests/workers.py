@@ -71,23 +71,33 @@ def policy_and_hit(name: str) -> tuple[Any, Any]:
 
 #: Joins the names of policies hit together (``hit_many``) into one name.
 TOGETHER = "+"
+#: Begins such a name when each policy is hit on an identity of its own.
+ACROSS = "across:"
 
 
 def together_and_hit(name: str) -> tuple[Any, Any]:
     """Return the first policy of ``"a+b+..."`` and ``hit(identity, cost)`` of them all together.
 
     The hit is allowed when every policy allowed it (``hit_many``: all or
-    nothing), each on ``identity``.
+    nothing), each on ``identity``; with the prefix :data:`ACROSS`, the
+    second policy on ``identity/1``, the third on ``identity/2``...: other
+    hash tags, so other cluster slots.
     """
     from types import SimpleNamespace
 
     from django_rl import hit_many
     from django_rl.policies import get_policy
 
-    policies = [get_policy(part) for part in name.split(TOGETHER)]
+    across = name.startswith(ACROSS)
+    policies = [get_policy(part) for part in name.removeprefix(ACROSS).split(TOGETHER)]
 
     def hit(identity: str, cost: int) -> Any:
-        decisions = hit_many([(policy, identity, cost) for policy in policies])
+        decisions = hit_many(
+            [
+                (policy, f"{identity}/{i}" if across and i else identity, cost)
+                for i, policy in enumerate(policies)
+            ]
+        )
         return SimpleNamespace(allowed=all(d.allowed for d in decisions))
 
     return policies[0], hit

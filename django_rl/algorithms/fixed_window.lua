@@ -36,3 +36,11 @@ local function fixed_window(keys, now, cost, commit, args)
   end
   return {0, math.max(limit - count, 0), reset, reset, count, now}
 end
+
+-- Takes back a counted hit (`done_now`: its time) from its window's
+-- counter, if that still exists (DECRBY keeps its TTL).
+local function fixed_window_refund(keys, now, cost, args, done, done_now)
+  local window = math.floor(done_now / tonumber(args[1]))
+  local key = keys[window - tonumber(args[3]) + 1]
+  if key and redis.call('EXISTS', key) == 1 then redis.call('DECRBY', key, int(cost)) end
+end

@@ -76,3 +76,25 @@ local function gcra(keys, now, cost, commit, args)
 
   return {allowed and 1 or 0, remaining, retry, reset, lead}
 end
+
+-- Takes back a counted hit (`done`: its reply): the TAT moves back by its
+-- cost * T, never behind now. Exact: a TAT that passed now meanwhile would
+-- have passed it without the hit too.
+local function gcra_refund(keys, now, cost, args, done, done_now)
+  local key = keys[1]
+  local T = tonumber(args[1])
+  local S = tonumber(args[3])
+  local W = tonumber(args[4])
+  local M = W * S
+  local now_units = (now % W) * S
+  local stored = redis.call('GET', key)
+  if not stored then return end
+  local lead = (tonumber(stored) - now_units) % M
+  if lead > M / 2 then lead = lead - M end
+  lead = lead - cost * T
+  if lead <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, int((now_units + lead) % M), 'PX', int(ceil_div(lead, S)))
+  end
+end

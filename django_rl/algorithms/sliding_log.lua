@@ -9,7 +9,8 @@
 -- (With cost, commit and now: see algorithms/prelude.lua.)
 --
 -- Returns {allowed (1/0), units used after this call, retry_after_ms,
---          reset_after_ms, entries in the log}.
+--          reset_after_ms, entries in the log, the score of the hit counted
+--          (-1: none counted)}.
 --
 -- The hits are laid end to end on a line of units: a hit of cost c that is
 -- allowed when the newest live hit ends at s takes [s, s + c). Its member is
@@ -42,27 +43,44 @@
 -- back to 0 whenever no entry is in the window, so it wraps only after a
 -- million windows of use without a pause.
 
+-- Places are kept modulo this (above).
+local function sliding_log_modulus(limit)
+  local M = 1000000
+  while M < limit * 1000000 do M = M * 10 end
+  return M
+end
+
+-- An entry from a ZRANGE ... WITHSCORES reply (its member and score at
+-- `at`, `at + 1`): {score, start, cost, member}, or nil.
+local function sliding_log_entry(reply, M, at)
+  at = at or 1
+  local member = reply[at]
+  if not member then return nil end
+  local sep = string.find(member, ':', 1, true)
+  if sep then
+    return {tonumber(reply[at + 1]), tonumber(string.sub(member, 1, sep - 1)) - M,
+      tonumber(string.sub(member, sep + 1)), member}
+  end
+  return {tonumber(reply[at + 1]), tonumber(member) - M, 1, member}
+end
+
+-- The member of a hit that starts at `start` and weighs `cost`.
+local function sliding_log_member(M, start, cost)
+  local member = int(M + start % M)
+  if cost > 1 then member = member .. ':' .. int(cost) end
+  return member
+end
+
 local function sliding_log(keys, now, cost, commit, args)
   local key = keys[1]
   local window = tonumber(args[1])
   local limit = tonumber(args[2])
-  local M = 1000000
-  while M < limit * 1000000 do M = M * 10 end
+  local M = sliding_log_modulus(limit)
 
   -- The most entries that left the window one counting call deletes.
   local CLEANUP = 1000
 
-  -- An entry from a ZRANGE ... WITHSCORES reply: {score, start, cost}, or nil.
-  local function entry(reply)
-    local member = reply[1]
-    if not member then return nil end
-    local sep = string.find(member, ':', 1, true)
-    if sep then
-      return {tonumber(reply[2]), tonumber(string.sub(member, 1, sep - 1)) - M,
-        tonumber(string.sub(member, sep + 1))}
-    end
-    return {tonumber(reply[2]), tonumber(member) - M, 1}
-  end
+  local function entry(reply) return sliding_log_entry(reply, M) end
 
   local function at(rank)
     return entry(redis.call('ZRANGE', key, int(rank), int(rank), 'WITHSCORES'))
@@ -104,6 +122,7 @@ local function sliding_log(keys, now, cost, commit, args)
   local retry = 0
   local reset = 0
   if newest then reset = newest[1] - horizon end
+  local placed = -1  -- the score of the hit counted: its refund finds it so
 
   if allowed then
     if commit then
@@ -116,8 +135,8 @@ local function sliding_log(keys, now, cost, commit, args)
         -- later score (1 ms later, once per M units) to keep the rank order.
         if start < newest[2] and score == newest[1] then score = score + 1 end
       end
-      local member = int(M + start)
-      if cost > 1 then member = member .. ':' .. int(cost) end
+      local member = sliding_log_member(M, start, cost)
+      placed = score
       -- No live entry has this member (live places differ: they span fewer
       -- than M units). An entry left over from before the window may: ZADD
       -- then moves it here, which is the same as deleting it and adding this.
@@ -155,5 +174,34 @@ local function sliding_log(keys, now, cost, commit, args)
     redis.call('PEXPIRE', key, int(reset))
   end
 
-  return {allowed and 1 or 0, used, retry, reset, entries}
+  return {allowed and 1 or 0, used, retry, reset, entries, placed}
+end
+
+-- Takes back a hit counted by `done` (its reply) as if it had never been:
+-- an entry of its score and cost leaves the line of units, and each later
+-- entry (hits counted since, while the refund was pending) moves down by
+-- its cost, keeping its score. The units in the window are then what they
+-- would be without it. The entry is found by score and cost, not by place:
+-- refunds of earlier entries move places; entries of one score and cost
+-- are alike, so taking back any of them leaves the same log.
+local function sliding_log_refund(keys, now, cost, args, done, done_now)
+  local key = keys[1]
+  local M = sliding_log_modulus(tonumber(args[2]))
+  local score = tonumber(done[6])
+  if not score or score < 0 then return end
+  local alike = redis.call('ZRANGEBYSCORE', key, int(score), int(score), 'WITHSCORES')
+  local found
+  for i = 1, #alike, 2 do
+    local e = sliding_log_entry(alike, M, i)
+    if e[3] == cost then found = e end
+  end
+  if not found then return end  -- it left the window already
+  local rank = redis.call('ZRANK', key, found[4])
+  local later = redis.call('ZRANGE', key, int(rank + 1), '-1', 'WITHSCORES')
+  redis.call('ZREM', key, found[4])
+  for i = 1, #later, 2 do
+    local e = sliding_log_entry(later, M, i)
+    redis.call('ZREM', key, e[4])
+    redis.call('ZADD', key, int(e[1]), sliding_log_member(M, (e[2] - cost) % M, e[3]))
+  end
 end

@@ -86,3 +86,20 @@ local function sliding_window(keys, now, cost, commit, args)
 
   return {allowed and 1 or 0, remaining, retry, reset, curr, prev, elapsed}
 end
+
+-- Takes back a counted hit (`done`: its reply, `done_now`: its time) from
+-- the count of its window: this window's, or the previous one's once the
+-- hash has moved on. Older: it counts nowhere now.
+local function sliding_window_refund(keys, now, cost, args, done, done_now)
+  local key = keys[1]
+  local window = math.floor(done_now / tonumber(args[1]))
+  local state = redis.call('HMGET', key, 'w', 'c', 'p')
+  if not state[1] then return end
+  local w = tonumber(state[1])
+  -- HSET keeps the key's TTL.
+  if w == window then
+    redis.call('HSET', key, 'c', int(math.max(tonumber(state[2]) - cost, 0)))
+  elseif w == window + 1 then
+    redis.call('HSET', key, 'p', int(math.max(tonumber(state[3]) - cost, 0)))
+  end
+end

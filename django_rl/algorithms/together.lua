@@ -10,7 +10,8 @@
 -- parameters, the cost, '1' if its denial denies the request ('0': a
 -- policy in shadow mode, which never denies), then the parameters
 --
--- Returns {1 if the hit was counted, else 0; then each policy's reply}. It
+-- Returns {1 if the hit was counted, else 0; the time; then each policy's
+-- reply}. It
 -- is counted when ARGV[2] is '1' and no policy whose denial denies the
 -- request denies it; then each policy counts it as it would alone (a shadow
 -- policy that denies counts nothing). Every reply is its algorithm's answer
@@ -54,4 +55,4 @@ if all == 1 then
     replies[i] = p.decide(p.keys, now, p.cost, true, p.args)
   end
 end
-return {all, unpack(replies)}
+return {all, now, unpack(replies)}

@@ -65,3 +65,28 @@ local function token_bucket(keys, now, cost, commit, args)
 
   return {allowed and 1 or 0, units, retry, reset}
 end
+
+-- Gives back the tokens a counted hit took (`done`: its reply), as if it
+-- had never taken them: the bucket refilled to now, plus the hit's tokens,
+-- at most full. Exact: taking then giving back c tokens with a refill cut
+-- at `full` in between leaves what not taking would.
+local function token_bucket_refund(keys, now, cost, args, done, done_now)
+  local key = keys[1]
+  local capacity = tonumber(args[1])
+  local refill = tonumber(args[2])
+  local period = tonumber(args[3])
+  local full = capacity * period
+  local state = redis.call('HMGET', key, 'u', 't')
+  if not state[1] then return end  -- full again: nothing to give back
+  local units = tonumber(state[1])
+  local elapsed = now - tonumber(state[2])
+  if elapsed > 0 then units = math.min(full, units + elapsed * refill) end
+  units = math.min(full, units + cost * period)
+  local reset = ceil_div(full - units, refill)
+  if reset == 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('HSET', key, 'u', int(units), 't', int(now))
+    redis.call('PEXPIRE', key, int(reset))
+  end
+end
