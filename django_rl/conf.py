@@ -8,9 +8,9 @@ fixture). Nothing copies a setting at import time.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
@@ -18,6 +18,9 @@ from django.dispatch import receiver
 
 from django_rl.exceptions import ConfigurationError
 from django_rl.identities import AddressSettings
+
+#: What ``HEADERS`` may be: the headers a response carries (see headers.py).
+HEADER_MODES = ("ietf", "legacy", "both", None)
 
 DEFAULTS: Mapping[str, Any] = {
     "CONNECTION": "default",
@@ -84,6 +87,23 @@ def raw_settings() -> object:
     return getattr(django_settings, "DJANGO_RL", {})
 
 
+class _Problem(Protocol):
+    def as_exception(self) -> ConfigurationError: ...
+
+
+#: Returns the problems of the settings as written: ``validation.settings_problems``,
+#: installed by ``AppConfig.ready`` (``use_validator``), so that settings flow one
+#: way (validation reads this module; this module never imports validation).
+_validator: Callable[[object], Sequence[_Problem]] | None = None
+
+
+def use_validator(validator: Callable[[object], Sequence[_Problem]]) -> None:
+    """Validate the top level of ``DJANGO_RL`` with ``validator`` from now on."""
+    global _validator
+    _validator = validator
+    get_settings.cache_clear()  # read before the app was ready: validate it now
+
+
 @functools.cache
 def get_settings() -> Settings:
     """Return the validated settings; raise :class:`ConfigurationError` if they are wrong.
@@ -92,13 +112,16 @@ def get_settings() -> Settings:
     first asked for, so one broken policy does not take the others down.
     ``manage.py check`` reports every problem at once.
     """
-    from django_rl.validation import settings_problems
-
     raw = raw_settings()
-    problems = settings_problems(raw)
-    if problems:
-        raise problems[0].as_exception()
-    assert isinstance(raw, Mapping)
+    if _validator is not None:
+        problems = _validator(raw)
+        if problems:
+            raise problems[0].as_exception()
+    if not isinstance(raw, Mapping):
+        raise ConfigurationError(
+            f"settings.DJANGO_RL must be a dict, not {type(raw).__name__}",
+            check_id="django_rl.E001",
+        )
     merged = {**DEFAULTS, **raw}
     return Settings(
         connection=merged["CONNECTION"],

@@ -37,8 +37,6 @@ from django_rl.decision import Decision
 from django_rl.exceptions import UnknownPolicy
 from django_rl.rates import Rate
 
-#: Values of ``DJANGO_RL["HEADERS"]``.
-HEADER_MODES = ("ietf", "legacy", "both", None)
 #: The attribute of the Django ``HttpRequest`` that holds its Decisions.
 REQUEST_ATTRIBUTE = "django_rl_decisions"
 
@@ -231,6 +229,8 @@ def _policy_item(name: str, limit: int, window: int | None) -> str:
     """
     item = f"{_sf_string(name)};q={limit}"
     if window is None:
+        # Here, not at the top: the registry is above this module (it is
+        # only read for Decisions made by hand, never on a decision's path).
         from django_rl.policies import get_policy
 
         try:
