@@ -11,9 +11,9 @@ class DjangoRlConfig(AppConfig):
 
     def ready(self) -> None:
         # Importing the module registers the system checks.
-        from django_rl import checks  # noqa: F401
+        from django_rl.checks import system as checks  # noqa: F401
+        from django_rl.checks.validation import settings_problems
         from django_rl.conf import use_validator
-        from django_rl.validation import settings_problems
 
         # Settings flow one way: validation reads conf, conf is handed its check.
         use_validator(settings_problems)

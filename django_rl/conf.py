@@ -16,8 +16,8 @@ from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from django_rl.core.identities import AddressSettings
 from django_rl.exceptions import ConfigurationError
-from django_rl.identities import AddressSettings
 
 #: What ``HEADERS`` may be: the headers a response carries (see headers.py).
 HEADER_MODES = ("ietf", "legacy", "both", None)

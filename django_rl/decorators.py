@@ -34,14 +34,14 @@ from typing import Any, TypeVar, cast
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse
 
-from django_rl import engine, inline
-from django_rl.engine import Limit
+from django_rl.core import engine, inline
+from django_rl.core.engine import Limit
+from django_rl.core.plans import is_rate_function
+from django_rl.core.rates import parse_rate
+from django_rl.core.reprs import short_repr
 from django_rl.exceptions import RateLimited
-from django_rl.headers import recorded, write_headers
-from django_rl.plans import is_rate_function
-from django_rl.rates import parse_rate
-from django_rl.reprs import short_repr
-from django_rl.responses import too_many_requests
+from django_rl.http.headers import recorded, write_headers
+from django_rl.http.responses import too_many_requests
 
 V = TypeVar("V", bound=Callable[..., Any])
 
@@ -229,14 +229,14 @@ def _counted_methods(methods: object) -> frozenset[str] | None:
 
 
 def _drf() -> ModuleType | None:
-    """Return ``django_rl.drf_views`` if DRF is loaded, else None.
+    """Return ``django_rl.http.drf_views`` if DRF is loaded, else None.
 
     A DRF view or ``Request`` cannot exist before ``rest_framework.views`` is
     imported, so projects without DRF never import it.
     """
     if "rest_framework.views" not in sys.modules:
         return None
-    from django_rl import drf_views
+    from django_rl.http import drf_views
 
     return drf_views
 

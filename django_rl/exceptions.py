@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 
-from django_rl.decision import Decision
+from django_rl.core.decision import Decision
 
 
 class ConfigurationError(ImproperlyConfigured):

@@ -19,8 +19,8 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
 from django_rl.exceptions import RateLimited
-from django_rl.headers import recorded, write_headers
-from django_rl.responses import too_many_requests
+from django_rl.http.headers import recorded, write_headers
+from django_rl.http.responses import too_many_requests
 
 
 class RateLimitMiddleware:

@@ -8,7 +8,7 @@ decides it. Keyword arguments:
   where a DRF view decided it);
 * ``policy``: the policy's name (an inline policy's is ``@<group>``);
 * ``identity``: what the request was counted as (``"ip:203.0.113.7"``);
-* ``decision``: the :class:`~django_rl.decision.Decision`;
+* ``decision``: the :class:`~django_rl.core.decision.Decision`;
 * ``shadow``: ``True`` for a shadow policy's would-be denial (the request
   was not refused for it).
 

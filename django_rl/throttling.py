@@ -23,13 +23,13 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from django_rl import engine
 from django_rl.conf import get_settings
-from django_rl.decision import Decision
+from django_rl.core import engine
+from django_rl.core.decision import Decision
+from django_rl.core.policies import get_policy
+from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError, RateLimited
-from django_rl.headers import record_missing, write_headers
-from django_rl.policies import get_policy
-from django_rl.reprs import short_repr
+from django_rl.http.headers import record_missing, write_headers
 
 
 class PolicyThrottle(BaseThrottle):

@@ -11,8 +11,8 @@ import pytest
 import redis
 from django.test import override_settings
 
-from django_rl.deny_cache import get_deny_cache
-from django_rl.fallback import get_fallback_store
+from django_rl.core.deny_cache import get_deny_cache
+from django_rl.core.fallback import get_fallback_store
 from django_rl.observability.history import RECORDER
 from django_rl.overrides import LOADER
 from tests import figures, servers

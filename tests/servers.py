@@ -30,7 +30,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from django_rl.acl import acl_rule
+from django_rl.checks.acl import acl_rule
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Where ``scripts/fetch-test-servers.sh`` puts the servers it fetches.

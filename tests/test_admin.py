@@ -14,8 +14,9 @@ from django.utils.html import escape
 from hypothesis import given
 from hypothesis import strategies as st
 
-from django_rl import admin_views, get_policy
-from django_rl.keys import safe_identity
+from django_rl import get_policy
+from django_rl.admin import views as admin_views
+from django_rl.core.keys import safe_identity
 from tests.conftest import start_of_fresh_window
 from tests.properties import WITH_REDIS
 from tests.redis_server import caches_for, free_port
@@ -482,7 +483,7 @@ def _local(timestamp: float, fmt: str) -> str:
 
 
 def test_the_page_says_when_and_since_when_this_process_decides_locally(admin_client, settings):
-    from django_rl.fallback import get_fallback_store
+    from django_rl.core.fallback import get_fallback_store
 
     settings.DJANGO_RL = {
         "KEY_PREFIX": "t",

@@ -19,8 +19,9 @@ import pytest
 from django.test import override_settings
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from django_rl import admin_views, get_policy
-from django_rl.keys import safe_identity
+from django_rl import get_policy
+from django_rl.admin import views as admin_views
+from django_rl.core.keys import safe_identity
 from django_rl.observability import history
 from tests.conftest import start_of_fresh_window
 from tests.redis_server import caches_for, free_port

@@ -7,7 +7,7 @@ from django.core.checks import Error
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from django_rl.checks import check_settings
+from django_rl.checks.system import check_settings
 
 GOOD = {"algorithm": "fixed_window", "rate": "5/m"}
 #: Every algorithm, as the hint of an unknown one lists them.

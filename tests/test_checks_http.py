@@ -7,7 +7,7 @@ import pytest
 from django.core.checks import Error
 from django.test import Client
 
-from django_rl.checks import check_settings
+from django_rl.checks.system import check_settings
 from django_rl.exceptions import ConfigurationError
 
 POLICIES = {

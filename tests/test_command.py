@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_rl import get_policy
-from django_rl.keys import safe_identity
+from django_rl.core.keys import safe_identity
 from tests.conftest import start_of_fresh_window
 from tests.redis_server import caches_for, free_port
 

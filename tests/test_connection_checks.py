@@ -9,7 +9,7 @@ from django.core.checks import Error, Warning
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from django_rl.checks import check_settings
+from django_rl.checks.system import check_settings
 
 URL = "redis://127.0.0.1:6379/0"
 SEE = "See docs/reliability.md."

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.test import override_settings
 
-from django_rl.checks import check_settings
+from django_rl.checks.system import check_settings
 from tests.redis_server import caches_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +40,7 @@ def settings_problems(namespace: dict[str, object]) -> list[str]:
 @pytest.fixture
 def _policies_registered_in_code_are_forgotten():
     """A doc's ``register_policy`` calls last for its test only."""
-    from django_rl.policies import registered_policies, unregister_policy
+    from django_rl.core.policies import registered_policies, unregister_policy
 
     before = set(registered_policies())
     yield
@@ -80,8 +80,8 @@ def test_examples_run(doc, redis_server):
 
 def test_every_setting_and_policy_key_is_documented():
     from django_rl.algorithms import ALL_PARAMETERS
+    from django_rl.checks.validation import COMMON_KEYS
     from django_rl.conf import DEFAULTS
-    from django_rl.validation import COMMON_KEYS
 
     text = (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"^\| `(\w+)` \|", text, re.MULTILINE))

@@ -23,7 +23,7 @@ from django_rl import get_policy
 from django_rl.algorithms import Outcome
 from django_rl.algorithms.base import ParameterError
 from django_rl.algorithms.gcra import SCRIPT, Gcra
-from django_rl.rates import parse_rate
+from django_rl.core.rates import parse_rate
 from tests.conftest import server_ms, sleep_until
 from tests.scripts import kept
 

@@ -13,7 +13,7 @@ import pytest
 
 from django_rl import Decision, get_policy
 from django_rl.algorithms import ALGORITHMS
-from django_rl.headers import closest_to_denial, header_values, quota_window
+from django_rl.http.headers import closest_to_denial, header_values, quota_window
 from tests.sf_headers import parse_list, policies, ratelimit
 
 POLICIES = {
@@ -125,7 +125,7 @@ def test_both_is_the_union_and_none_is_nothing(settings):
         "X-RateLimit-Remaining",
         "X-RateLimit-Reset",
     }
-    from django_rl.headers import write_headers
+    from django_rl.http.headers import write_headers
 
     settings.DJANGO_RL = {"POLICIES": POLICIES, "HEADERS": None}
     target: dict[str, str] = {}

@@ -297,7 +297,7 @@ def test_history_off_counts_nothing(settings):
 
 
 def test_a_history_setting_that_is_not_a_bool_is_a_check_error(settings):
-    from django_rl.checks import check_settings
+    from django_rl.checks.system import check_settings
 
     settings.DJANGO_RL = {"POLICIES": POLICIES, "HISTORY": "yes"}
     errors = [error for error in check_settings() if "HISTORY" in error.msg]

@@ -18,8 +18,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from django_rl import get_policy
-from django_rl.identities import AddressSettings, resolve_identity
-from django_rl.keys import MAX_IDENTITY_LENGTH, fingerprint, key_for, safe_identity
+from django_rl.core.identities import AddressSettings, resolve_identity
+from django_rl.core.keys import MAX_IDENTITY_LENGTH, fingerprint, key_for, safe_identity
 from tests.properties import PURE, WITH_REDIS
 
 #: Every key django_rl writes, by its format (DESIGN.md, "Redis keys").

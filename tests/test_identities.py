@@ -8,8 +8,8 @@ import pytest
 from django.contrib.auth.models import AnonymousUser
 from django.test import RequestFactory
 
+from django_rl.core.identities import AddressSettings, IdentitySpecError, resolve_identity
 from django_rl.exceptions import ConfigurationError
-from django_rl.identities import AddressSettings, IdentitySpecError, resolve_identity
 
 rf = RequestFactory()
 

@@ -6,6 +6,7 @@ import pytest
 from django.test import override_settings
 
 from django_rl import get_policy
+from django_rl.core.keys import KeyIdentity, safe_identity
 from django_rl.exceptions import BackendError
 from django_rl.inspection import (
     LIVE,
@@ -20,7 +21,6 @@ from django_rl.inspection import (
 )
 from django_rl.inspection.keyspace import match_pattern, scan_keys
 from django_rl.inspection.rows import format_duration
-from django_rl.keys import KeyIdentity, safe_identity
 from tests.conftest import start_of_fresh_window
 from tests.counting import CountingConnection
 from tests.redis_server import caches_for, free_port

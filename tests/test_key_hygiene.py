@@ -29,7 +29,8 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from django_rl import get_policy, reset_epoch
+from django_rl import get_policy
+from django_rl.core import reset_epoch
 from tests.conftest import server_ms, sleep_until
 from tests.properties import STATEFUL
 

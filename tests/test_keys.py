@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from django_rl.keys import MAX_IDENTITY_LENGTH, fingerprint, key_for, safe_identity
+from django_rl.core.keys import MAX_IDENTITY_LENGTH, fingerprint, key_for, safe_identity
 
 GLOB = re.compile(r"[*?\[\]\\^]")
 

@@ -29,7 +29,11 @@ def imports(path: Path, *, everywhere: bool) -> set[str]:
 def test_conf_never_imports_validation_headers_or_policies():
     # Validation reads conf and is handed to it by AppConfig.ready (use_validator).
     found = imports(PACKAGE / "conf.py", everywhere=True)
-    for below in ("django_rl.validation", "django_rl.headers", "django_rl.policies"):
+    for below in (
+        "django_rl.checks.validation",
+        "django_rl.http.headers",
+        "django_rl.core.policies",
+    ):
         assert not any(name == below or name.startswith(below + ".") for name in found)
 
 

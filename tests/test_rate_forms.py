@@ -13,8 +13,8 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client
 
 from django_rl import Decision, get_policy
-from django_rl.checks import check_settings
-from django_rl.rates import MAX_COUNT
+from django_rl.checks.system import check_settings
+from django_rl.core.rates import MAX_COUNT
 from tests.conftest import start_of_fresh_window
 from tests.sf_headers import policies, ratelimit
 from tests.urls_syntax import POLICIES

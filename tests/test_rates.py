@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from django_rl.rates import Rate, RateError, parse_rate
+from django_rl.core.rates import Rate, RateError, parse_rate
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_rl.reprs import short_repr
+from django_rl.core.reprs import short_repr
 
 
 class BadRepr:

@@ -11,7 +11,7 @@ from django.test import AsyncClient, Client
 
 from django_rl import Decision
 from django_rl.exceptions import RateLimited
-from django_rl.responses import PROBLEM_TYPE, preferred_format
+from django_rl.http.responses import PROBLEM_TYPE, preferred_format
 from tests.sf_headers import policies, ratelimit
 
 POLICIES = {

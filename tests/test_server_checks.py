@@ -13,8 +13,8 @@ import itertools
 import pytest
 from django.core.management import call_command
 
-from django_rl.acl import acl_rule
-from django_rl.server_checks import check_server
+from django_rl.checks.acl import acl_rule
+from django_rl.checks.server_checks import check_server
 from tests.redis_server import RedisServer, caches_for
 from tests.servers import Certificates
 

@@ -17,7 +17,7 @@ from rest_framework.test import APIRequestFactory
 from rest_framework.views import APIView
 
 from django_rl import get_policy
-from django_rl.checks import check_settings
+from django_rl.checks.system import check_settings
 from django_rl.decorators import ratelimit
 from django_rl.observability.denials import DENIAL_LINES, RECEIVER_ERRORS, LineBudget
 from django_rl.signals import rate_limited

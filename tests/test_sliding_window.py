@@ -21,7 +21,7 @@ from django_rl.algorithms import Outcome, ParameterError
 from django_rl.algorithms.sliding_log import SCRIPT as LOG_SCRIPT
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.algorithms.sliding_window import SCRIPT, SlidingWindow
-from django_rl.rates import parse_rate
+from django_rl.core.rates import parse_rate
 from tests.scripts import kept
 
 KEY = "t:w:{ip:198.51.100.7}:1"

@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from django_rl import get_policy, hit_many, together
-from django_rl.decision import Decision
+from django_rl import get_policy, hit_many
+from django_rl.core import together
+from django_rl.core.decision import Decision
 from django_rl.exceptions import ConfigurationError
 
 POLICIES = {

@@ -10,8 +10,8 @@ from django.core.checks import Error, Warning
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
-from django_rl.checks import check_settings
-from django_rl.topology_checks import SENTINEL_KWARGS_HINT, _default_retries
+from django_rl.checks.system import check_settings
+from django_rl.checks.topology_checks import SENTINEL_KWARGS_HINT, _default_retries
 
 SEE = "See docs/scaling.md."
 TIMEOUTS = {"SOCKET_CONNECT_TIMEOUT": 0.1, "SOCKET_TIMEOUT": 0.1}

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 from django_rl.backends import LuaScript
-from django_rl.rates import Rate
+from django_rl.core.rates import Rate
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
@@ -204,8 +204,8 @@ def whole_count(name: str, value: object) -> int:
 
     :raises ParameterError: naming the parameter (``capacity``, ``burst``).
     """
-    from django_rl.rates import MAX_COUNT
-    from django_rl.reprs import short_repr
+    from django_rl.core.rates import MAX_COUNT
+    from django_rl.core.reprs import short_repr
 
     if isinstance(value, bool) or not isinstance(value, int):
         raise ParameterError(f"{name} must be a whole number, not {short_repr(value)}")

@@ -31,7 +31,7 @@ from django_rl.algorithms.base import (
     algorithm_script,
 )
 from django_rl.backends import LuaScript
-from django_rl.rates import Rate
+from django_rl.core.rates import Rate
 
 SCRIPT = algorithm_script("sliding_window")
 

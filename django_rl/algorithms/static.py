@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django_rl.algorithms.base import Outcome, Reading, ReadReplies
-from django_rl.rates import Rate, RateError, parse_rate
-from django_rl.reprs import short_repr
+from django_rl.core.rates import Rate, RateError, parse_rate
+from django_rl.core.reprs import short_repr
 
 if TYPE_CHECKING:
     from redis.client import Pipeline

@@ -22,7 +22,7 @@ from django_rl.algorithms.base import (
     whole_count,
 )
 from django_rl.backends import LuaScript
-from django_rl.rates import Rate
+from django_rl.core.rates import Rate
 
 SCRIPT = algorithm_script("token_bucket")
 

@@ -30,12 +30,12 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from django_rl.contrib.drf_policies import policy_for
-from django_rl.decision import Decision
-from django_rl.engine import settle
-from django_rl.headers import write_headers
+from django_rl.core.decision import Decision
+from django_rl.core.engine import settle
+from django_rl.core.rates import RateError
+from django_rl.core.rates import parse_rate as parse_rate_text
+from django_rl.http.headers import write_headers
 from django_rl.observability.denials import report_denial
-from django_rl.rates import RateError
-from django_rl.rates import parse_rate as parse_rate_text
 
 __all__ = [
     "AnonRateThrottle",

@@ -15,8 +15,8 @@ from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, register
 
 from django_rl.contrib.drf_policies import MODULE
-from django_rl.rates import RateError, parse_rate
-from django_rl.reprs import short_repr
+from django_rl.core.rates import RateError, parse_rate
+from django_rl.core.reprs import short_repr
 
 #: The same tag as django_rl's settings checks (``checks.SETTINGS_TAG``).
 SETTINGS_TAG = "django_rl_settings"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
-from django_rl.keys import POLICY_NAME, STORED_IDENTITY, KeyIdentity
+from django_rl.core.keys import POLICY_NAME, STORED_IDENTITY, KeyIdentity
 
 if TYPE_CHECKING:
     from redis import Redis

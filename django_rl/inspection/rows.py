@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from django_rl.algorithms import Reading
-from django_rl.keys import KeyIdentity, safe_identity
-from django_rl.policies import Policy, policies_named
+from django_rl.core.keys import KeyIdentity, safe_identity
+from django_rl.core.policies import Policy, policies_named
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from django_rl.backends import Backend, RedisNode
+    from django_rl.core.plans import Variant
     from django_rl.inspection.keyspace import ParsedKey
-    from django_rl.plans import Variant
 
 LIVE = "live"
 STALE = "stale"

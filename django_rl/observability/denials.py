@@ -21,8 +21,8 @@ import threading
 import time
 from typing import Any
 
-from django_rl.decision import Decision
-from django_rl.reprs import short_repr
+from django_rl.core.decision import Decision
+from django_rl.core.reprs import short_repr
 from django_rl.signals import rate_limited
 
 denials_logger = logging.getLogger("django_rl.denials")

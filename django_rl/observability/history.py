@@ -37,7 +37,7 @@ the most (``MEMORY USAGE``, measured in tests/test_history.py). In each
 process: the counts of the minutes not yet written, and at most
 :data:`MAX_IDENTITIES` denied identities per interval (more are counted as
 denials, but not listed). Identities go through
-:func:`~django_rl.keys.safe_identity` (at most 100 characters, digested
+:func:`~django_rl.core.keys.safe_identity` (at most 100 characters, digested
 otherwise), so a hostile value cannot make a large member.
 
 ``DJANGO_RL["HISTORY"] = False`` turns it off: nothing is counted, no
@@ -65,8 +65,8 @@ from typing import Any
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from django_rl.decision import Decision
-from django_rl.keys import safe_identity
+from django_rl.core.decision import Decision
+from django_rl.core.keys import safe_identity
 
 logger = logging.getLogger("django_rl")
 

@@ -48,7 +48,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
-from django_rl.decision import Decision
+from django_rl.core.decision import Decision
 
 prometheus_client: Any
 try:

@@ -9,11 +9,11 @@ from django import forms
 from django.utils import timezone
 
 from django_rl.algorithms import ParameterError
+from django_rl.core.policies import policies_named, policy_names
+from django_rl.core.rates import RateError
 from django_rl.exceptions import ConfigurationError
 from django_rl.models import Override
 from django_rl.overrides.rules import RATE, TargetError, normalize_target
-from django_rl.policies import policies_named, policy_names
-from django_rl.rates import RateError
 
 #: How long a new override lasts unless the form says otherwise.
 DEFAULT_DURATION = datetime.timedelta(days=1)

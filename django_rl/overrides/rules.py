@@ -26,9 +26,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django_rl.identities import UNKNOWN_IP, _normalize_address
-from django_rl.keys import STORED_IDENTITY, safe_identity
-from django_rl.reprs import short_repr
+from django_rl.core.identities import UNKNOWN_IP, _normalize_address
+from django_rl.core.keys import STORED_IDENTITY, safe_identity
+from django_rl.core.reprs import short_repr
 
 RATE = "rate"
 EXEMPT = "exempt"

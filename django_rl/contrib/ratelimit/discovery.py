@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from django_rl.urlconf import PerURLconf
+from django_rl.core.urlconf import PerURLconf
 
 #: What ``@ratelimit`` notes on a view: (group, or ``None`` for the group of
 #: a method under ``method_decorator``, known per class; methods).

@@ -1,7 +1,7 @@
 """django-ratelimit's rates: ``"5/m"``, ``"100/5m"``, ``"100/300"``, tuples, callables.
 
 Parsed as the original parses them (:func:`_split_rate`), then turned into
-django_rl's :class:`~django_rl.rates.Rate`, whose text names the state's
+django_rl's :class:`~django_rl.core.rates.Rate`, whose text names the state's
 keys: ``"100/5m"`` and ``"100/300s"`` are one rate and share one count.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from django_rl.rates import MAX_COUNT, MAX_PERIOD_MS, Rate
+from django_rl.core.rates import MAX_COUNT, MAX_PERIOD_MS, Rate
 
 #: Seconds per unit.
 _PERIODS = {"s": 1, "m": 60, "h": 60 * 60, "d": 24 * 60 * 60}

@@ -7,7 +7,7 @@ django-ratelimit's semantics, which ``get_usage`` exposes. The count is a
 per decision (INCRBY, PEXPIREAT NX, PTTL), so concurrent calls are counted
 exactly, where the original's ``cache.add`` then ``cache.incr`` takes two
 round trips. The transaction is run without a limit (at
-:data:`~django_rl.rates.MAX_COUNT`), so its reply is the count itself; the
+:data:`~django_rl.core.rates.MAX_COUNT`), so its reply is the count itself; the
 caller compares it with the limit. No deny cache: a denied call must reach
 Redis to be counted.
 
@@ -47,12 +47,12 @@ from django_rl.backends import RedisNode, get_backend
 from django_rl.conf import get_settings
 from django_rl.contrib.ratelimit.conf import get_ratelimit_settings
 from django_rl.contrib.ratelimit.discovery import url_groups
-from django_rl.inline import policy_name
+from django_rl.core.inline import policy_name
+from django_rl.core.plans import PlanRates, Variant, make_variant
+from django_rl.core.policies import Policy
+from django_rl.core.rates import MAX_COUNT, Rate, RateError, parse_rate
 from django_rl.overrides.loader import rules_for
 from django_rl.overrides.rules import BLOCK, EXEMPT
-from django_rl.plans import PlanRates, Variant, make_variant
-from django_rl.policies import Policy
-from django_rl.rates import MAX_COUNT, Rate, RateError, parse_rate
 
 #: What joins the keys' fingerprint of the drop-in's policies, with the methods.
 TAG = "django-ratelimit"

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 from django.core.management.base import BaseCommand, CommandParser
 from redis.exceptions import RedisError
 
+from django_rl.core.keys import safe_identity
+from django_rl.core.policies import Policy, policies_named
 from django_rl.exceptions import BackendError
 from django_rl.inspection import operator_identity
 from django_rl.inspection.rows import format_duration, lookup_rows
-from django_rl.keys import safe_identity
 from django_rl.management.subcommands.output import table
-from django_rl.policies import Policy, policies_named
 
 if TYPE_CHECKING:
     from redis.client import Pipeline

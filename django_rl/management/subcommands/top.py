@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from django_rl.core.policies import policies_named
 from django_rl.inspection import (
     FIRST_PAGE,
     LIVE,
@@ -17,7 +18,6 @@ from django_rl.inspection import (
     list_counters,
 )
 from django_rl.management.subcommands.output import table
-from django_rl.policies import policies_named
 
 HELP = "List the identities that use most of POLICY's limit now, heaviest first."
 

@@ -37,12 +37,12 @@ than 1 MB of Redis memory per identity, ``django_rl.W021`` about a
 :func:`validation.policy_warnings`).
 Warnings about the connection (``django_rl.W031``..``W033``: no socket
 timeout, retries, a pool shared with another alias) are explained in
-:mod:`django_rl.connection_checks`; problems of a Redis Cluster or Sentinel
+:mod:`django_rl.checks.connection_checks`; problems of a Redis Cluster or Sentinel
 connection (``django_rl.E060``, ``E061``, ``W060``, ``W061``) in
-:mod:`django_rl.topology_checks`; the checks that ask the server itself
+:mod:`django_rl.checks.topology_checks`; the checks that ask the server itself
 (``django_rl.E070``..``E073``, ``W070``, ``W071``, ``I070``: its version,
 eviction policy, credentials, TLS, and a trial decision of each algorithm)
-in :mod:`django_rl.server_checks`.
+in :mod:`django_rl.checks.server_checks`.
 """
 
 from __future__ import annotations
@@ -55,17 +55,10 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from django.utils.module_loading import import_string
 
 from django_rl.algorithms import ALGORITHMS, StaticAlgorithm
-from django_rl.conf import DEFAULTS, raw_settings
-from django_rl.connection_checks import connection_warnings
-from django_rl.contrib import drf_checks  # noqa: F401  (registers the DRF drop-in's check)
-from django_rl.inline import url_specs
-from django_rl.plans import is_rate_function
-from django_rl.policies import registered_policies
-from django_rl.reprs import short_repr
-from django_rl.server_checks import check_server  # noqa: F401  (registers it)
-from django_rl.topology_checks import topology_problems
-from django_rl.urlconf import url_patterns
-from django_rl.validation import (
+from django_rl.checks.connection_checks import connection_warnings
+from django_rl.checks.server_checks import check_server  # noqa: F401  (registers it)
+from django_rl.checks.topology_checks import topology_problems
+from django_rl.checks.validation import (
     Problem,
     ip_meta_key_problems,
     policy_problems,
@@ -73,6 +66,13 @@ from django_rl.validation import (
     ratelimited_view_problems,
     settings_problems,
 )
+from django_rl.conf import DEFAULTS, raw_settings
+from django_rl.contrib import drf_checks  # noqa: F401  (registers the DRF drop-in's check)
+from django_rl.core.inline import url_specs
+from django_rl.core.plans import is_rate_function
+from django_rl.core.policies import registered_policies
+from django_rl.core.reprs import short_repr
+from django_rl.core.urlconf import url_patterns
 
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
 

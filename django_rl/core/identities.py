@@ -42,8 +42,8 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
+from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError
-from django_rl.reprs import short_repr
 
 IdentityFunction = Callable[[Any], "str | None"]
 

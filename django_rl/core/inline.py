@@ -23,11 +23,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django_rl.algorithms import ALGORITHMS
+from django_rl.core.identities import IdentitySpecError, resolve_identity
+from django_rl.core.plans import function_label, is_rate_function
+from django_rl.core.rates import RateError, parse_rate
+from django_rl.core.urlconf import PerURLconf
 from django_rl.exceptions import ConfigurationError
-from django_rl.identities import IdentitySpecError, resolve_identity
-from django_rl.plans import function_label, is_rate_function
-from django_rl.rates import RateError, parse_rate
-from django_rl.urlconf import PerURLconf
 
 #: The algorithm of an inline policy that names none.
 DEFAULT_ALGORITHM = "fixed_window"

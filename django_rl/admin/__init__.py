@@ -12,7 +12,7 @@ from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.timesince import timeuntil
 
-from django_rl import admin_views
+from django_rl.admin import views as admin_views
 from django_rl.models import LiveCounter, Override
 from django_rl.overrides.forms import OverrideForm
 from django_rl.overrides.rules import RATE

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django_rl.backends.redis import is_cluster_alias
-from django_rl.validation import Problem
+from django_rl.checks.validation import Problem
 
 _SEE = "See docs/reliability.md."
 

@@ -7,8 +7,8 @@ from typing import Any
 from django import forms
 from django.http import QueryDict
 
+from django_rl.core.keys import POLICY_NAME, STORED_IDENTITY, KeyIdentity
 from django_rl.inspection import FIRST_PAGE, MAX_PAGE_SIZE, PAGE_SIZE, Query
-from django_rl.keys import POLICY_NAME, STORED_IDENTITY, KeyIdentity
 
 EXACT = "exact"
 PREFIX = "prefix"

@@ -24,12 +24,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django_rl import together
-from django_rl.decision import Decision
-from django_rl.headers import record
-from django_rl.inline import InlineSpec
-from django_rl.policies import Policy, get_policy, inline_policy
-from django_rl.policy import Pending
+from django_rl.core import together
+from django_rl.core.decision import Decision
+from django_rl.core.inline import InlineSpec
+from django_rl.core.policies import Policy, get_policy, inline_policy
+from django_rl.core.policy import Pending
+from django_rl.http.headers import record
 
 #: The attribute that says whether any policy denied the request.
 LIMITED = "limited"

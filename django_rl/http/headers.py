@@ -33,9 +33,9 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_rl.conf import get_settings
-from django_rl.decision import Decision
+from django_rl.core.decision import Decision
+from django_rl.core.rates import Rate
 from django_rl.exceptions import UnknownPolicy
-from django_rl.rates import Rate
 
 #: The attribute of the Django ``HttpRequest`` that holds its Decisions.
 REQUEST_ATTRIBUTE = "django_rl_decisions"
@@ -231,7 +231,7 @@ def _policy_item(name: str, limit: int, window: int | None) -> str:
     if window is None:
         # Here, not at the top: the registry is above this module (it is
         # only read for Decisions made by hand, never on a decision's path).
-        from django_rl.policies import get_policy
+        from django_rl.core.policies import get_policy
 
         try:
             window = quota_window(get_policy(name).algorithm)

@@ -15,21 +15,15 @@ from typing import Any, NamedTuple, cast
 
 from redis.exceptions import RedisError
 
-from django_rl import reset_epoch
 from django_rl.algorithms import Algorithm, Outcome, ParameterError, StaticAlgorithm, Unlimited
 from django_rl.backends import Backend, RedisNode
-from django_rl.decision import Decision
-from django_rl.deny_cache import DenyCache
-from django_rl.exceptions import BackendError, ConfigurationError
-from django_rl.fallback import LocalFallback
-from django_rl.identities import IdentityFunction
-from django_rl.keys import safe_identity
-from django_rl.observability.denials import report_denial
-from django_rl.observability.history import record as record_history
-from django_rl.observability.metrics import count_decision, count_deny_cache_answer, metrics
-from django_rl.overrides.loader import rules_for
-from django_rl.overrides.rules import BLOCK, EXEMPT, Rule
-from django_rl.plans import (
+from django_rl.core import reset_epoch
+from django_rl.core.decision import Decision
+from django_rl.core.deny_cache import DenyCache
+from django_rl.core.fallback import LocalFallback
+from django_rl.core.identities import IdentityFunction
+from django_rl.core.keys import safe_identity
+from django_rl.core.plans import (
     CATALOGUE_TTL_MS,
     PlanRates,
     Variant,
@@ -37,8 +31,14 @@ from django_rl.plans import (
     is_rate_function,
     make_variant,
 )
-from django_rl.rates import RateError
-from django_rl.reprs import short_repr
+from django_rl.core.rates import RateError
+from django_rl.core.reprs import short_repr
+from django_rl.exceptions import BackendError, ConfigurationError
+from django_rl.observability.denials import report_denial
+from django_rl.observability.history import record as record_history
+from django_rl.observability.metrics import count_decision, count_deny_cache_answer, metrics
+from django_rl.overrides.loader import rules_for
+from django_rl.overrides.rules import BLOCK, EXEMPT, Rule
 
 #: Retry-After of a request denied because Redis is down and FAIL_OPEN is False.
 DEGRADED_RETRY_AFTER = 1.0

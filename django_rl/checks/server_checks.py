@@ -51,11 +51,11 @@ from django_rl.backends.capabilities import MINIMUM_VERSION
 from django_rl.backends.connections import discard
 from django_rl.backends.errors import REPLIES, reply_kind
 from django_rl.backends.node import RedisNode
+from django_rl.checks.validation import policy_problems, settings_problems
 from django_rl.conf import DEFAULTS, raw_settings
+from django_rl.core.plans import is_rate_function
+from django_rl.core.rates import parse_rate
 from django_rl.exceptions import ConfigurationError
-from django_rl.plans import is_rate_function
-from django_rl.rates import parse_rate
-from django_rl.validation import policy_problems, settings_problems
 
 #: The longest ``manage.py check`` waits for the server checks, in seconds.
 CHECK_TIMEOUT = 10.0
@@ -166,7 +166,7 @@ def _check_node(
             )
         )
     messages += _eviction_messages(where, scratch)
-    from django_rl.policies import get_policy
+    from django_rl.core.policies import get_policy
 
     for algorithm, name in trials.items():
         policy = get_policy(name)

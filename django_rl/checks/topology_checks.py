@@ -31,8 +31,8 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.utils.module_loading import import_string
 
-from django_rl.connection_checks import retry_count
-from django_rl.validation import Problem
+from django_rl.checks.connection_checks import retry_count
+from django_rl.checks.validation import Problem
 
 _SEE = "See docs/scaling.md."
 CLUSTER_CLIENT = "django_rl.redis_cluster.RedisClusterClient"

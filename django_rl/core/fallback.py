@@ -46,10 +46,10 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_rl.conf import get_settings
-from django_rl.decision import Decision
-from django_rl.keys import safe_identity
-from django_rl.rates import RateError, parse_rate
-from django_rl.reprs import short_repr
+from django_rl.core.decision import Decision
+from django_rl.core.keys import safe_identity
+from django_rl.core.rates import RateError, parse_rate
+from django_rl.core.reprs import short_repr
 
 #: Why a fallback_rate of 0 hits is refused (``validation.py`` says it too).
 ZERO_FALLBACK = (

@@ -33,12 +33,12 @@ from django_rl.algorithms import Outcome
 from django_rl.algorithms.base import PRELUDE
 from django_rl.backends import LuaScript
 from django_rl.backends.clock import ClockError
+from django_rl.core.policy import Pending, Policy
 from django_rl.observability.metrics import metrics
-from django_rl.policy import Pending, Policy
 
 if TYPE_CHECKING:
     from django_rl.backends import RedisNode
-    from django_rl.decision import Decision
+    from django_rl.core.decision import Decision
 
 #: The algorithms a script of several policies can hold: each a ``<name>.lua``.
 FRAGMENTS = ("fixed_window", "sliding_log", "token_bucket", "gcra", "sliding_window")

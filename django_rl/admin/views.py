@@ -26,9 +26,10 @@ from django.urls import reverse
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from django_rl.admin_forms import QueryForm, ResetForm
+from django_rl.admin.forms import QueryForm, ResetForm
+from django_rl.core.fallback import Episode, get_fallback_store
+from django_rl.core.policies import policies_named, policy_names
 from django_rl.exceptions import BackendError, ConfigurationError, UnknownPolicy
-from django_rl.fallback import Episode, get_fallback_store
 from django_rl.inspection import (
     FIRST_PAGE,
     CursorError,
@@ -38,7 +39,6 @@ from django_rl.inspection import (
     reset_everywhere,
 )
 from django_rl.observability.history import read as read_history
-from django_rl.policies import policies_named, policy_names
 
 if TYPE_CHECKING:
     from django_rl.admin import LiveCounterAdmin

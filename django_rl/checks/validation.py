@@ -17,13 +17,13 @@ from django.utils.module_loading import import_string
 from django_rl.algorithms import ALGORITHMS, ALL_PARAMETERS, ParameterError
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.conf import DEFAULTS, HEADER_MODES
+from django_rl.core.fallback import ZERO_FALLBACK
+from django_rl.core.identities import META_KEY, IdentitySpecError, resolve_identity
+from django_rl.core.keys import INLINE_NAME, SAFE_NAME
+from django_rl.core.plans import SAMPLE_RATE, RateSpecError, is_rate_function, resolve_rate_function
+from django_rl.core.rates import Rate, RateError, parse_rate
+from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError
-from django_rl.fallback import ZERO_FALLBACK
-from django_rl.identities import META_KEY, IdentitySpecError, resolve_identity
-from django_rl.keys import INLINE_NAME, SAFE_NAME
-from django_rl.plans import SAMPLE_RATE, RateSpecError, is_rate_function, resolve_rate_function
-from django_rl.rates import Rate, RateError, parse_rate
-from django_rl.reprs import short_repr
 
 #: Policy keys every algorithm accepts.
 COMMON_KEYS = frozenset({"algorithm", "key", "fail_open", "fallback_rate", "mode"})

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from django_rl.reprs import short_repr
+from django_rl.core.reprs import short_repr
 
 #: The units a rate is written back in (``str(rate)``): a rate's text is part
 #: of its keys' fingerprint, so it must not change for rates that parsed before.

@@ -1,0 +1,1 @@
+"""The HTTP side of a Decision: its headers, the 429, and deciding on DRF views."""
