@@ -93,7 +93,7 @@ def test_the_loop_spends_little_cpu_per_decision(settings, redis_client, capsys)
 
 
 def test_a_stalled_redis_does_not_stall_the_loop(redis_client):
-    pause_ms = 600
+    pause_ms = 1000
 
     async def run():
         gaps = []
@@ -120,8 +120,9 @@ def test_a_stalled_redis_does_not_stall_the_loop(redis_client):
     assert [r.status_code for r in responses] == [200] * 10
     assert elapsed >= pause_ms / 1000 * 0.9  # the decisions did wait for Redis
     # Had a decision waited on the loop, the heartbeat would have stopped for
-    # the whole pause; it kept beating (a busy machine gets a wide margin).
-    assert longest_gap < pause_ms / 1000 / 3
+    # the whole pause; it kept beating (a busy machine gets a wide margin: a
+    # 2-core machine running other suites stalled it 0.22 s once).
+    assert longest_gap < pause_ms / 1000 / 2
 
 
 SLOW_IDENTITY_SECONDS = 0.25
