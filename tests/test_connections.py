@@ -158,3 +158,38 @@ def test_no_answer_on_the_short_path_closes_the_connection():
             assert client.execute_command("INCRBY", "paused-k", 1) in (1, 2, 3)
     finally:
         server.close()
+
+
+def test_an_encoded_script_sends_what_redis_py_would_send(redis_server):
+    from django_rl.algorithms.token_bucket import SCRIPT
+    from django_rl.backends.scripts import EncodedScript
+
+    encoded = EncodedScript(SCRIPT, (5, 1, 1000), 3)
+    sent = []
+    client = get_backend("default").client
+    client.script_load(SCRIPT.source)
+    connection = client.connection
+    real = connection.send_packed_command
+
+    def record(command, check_health=True):
+        sent.append(b"".join(command))
+        return real(command, check_health)
+
+    connection.send_packed_command = record
+    try:
+        reply = encoded(client, "rl:x:{ü}:f", 2, "1", "")
+    finally:
+        del connection.send_packed_command
+    packed = connection.pack_command("EVALSHA", SCRIPT.sha, 1, "rl:x:{ü}:f", 5, 1, 1000, 2, "1", "")
+    assert sent == [b"".join(packed)]
+    assert reply[:2] == [1, 3000]  # allowed; 3 tokens of 5 left, in units of 1/1000
+
+
+def test_an_encoded_script_raises_an_error_reply_of_its_own(redis_server):
+    from django_rl.algorithms.token_bucket import SCRIPT
+    from django_rl.backends.scripts import EncodedScript
+
+    client = get_backend("default").client
+    with pytest.raises(ResponseError):
+        EncodedScript(SCRIPT, (), 0)(client, "rl:x:{y}:f")  # no arguments: the script fails
+    assert client.ping()  # the connection stays usable

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 from django_rl.backends import LuaScript
+from django_rl.backends.scripts import EncodedScript
 from django_rl.core.rates import Rate
 
 if TYPE_CHECKING:
@@ -267,9 +269,13 @@ class ScriptAlgorithm:
         """Turn the reply of a look into what the admin page shows."""
         raise NotImplementedError("reading")
 
+    @functools.cached_property
+    def _encoded(self) -> EncodedScript:
+        # The script's ARGV but for the cost, "1" and the time are fixed.
+        return EncodedScript(self.script, self.script_args(1, "1")[:-2], 3)
+
     def hit(self, node: RedisNode, key: str, cost: int) -> Outcome:
-        args = (*self.script_args(cost, "1"), node.script_time())
-        return self.outcome(self.script(node.client, (key,), args))
+        return self.outcome(self._encoded(node.client, key, cost, "1", node.script_time()))
 
     def peek(self, node: RedisNode, key: str) -> Outcome:
         read, replies = node.pipeline(lambda pipe: self.queue_peek(pipe, node, key))

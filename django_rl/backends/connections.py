@@ -99,6 +99,46 @@ class KeptConnectionClient(Redis):
                 connection.disconnect()
                 connection.connect()
 
+    def direct_ready(self) -> bool:
+        """Return whether a command may be sent encoded already (:meth:`send_encoded`)."""
+        direct = self._direct_ok
+        if direct is None:
+            direct = self._direct_ok = _direct_possible(self.connection)
+        return direct and not self.asking
+
+    def send_encoded(self, encoded: bytes) -> Any:
+        """Send one command already encoded in RESP; return its reply as read (no callback).
+
+        For a caller that encodes the unchanging part of a command once (see
+        ``scripts.EncodedScript``). Only when :meth:`direct_ready`. An error
+        reply is returned in its place, not raised. As :meth:`execute_command`,
+        a connection that had worked and broke is replaced and the command sent
+        once more.
+        """
+        try:
+            reply = self._send_encoded(encoded)
+        except RedisConnectionError:
+            if not self._worked:
+                raise
+            self._reconnecting()
+            reply = self._send_encoded(encoded)
+        self._worked = True
+        return reply
+
+    def _send_encoded(self, encoded: bytes) -> Any:
+        connection: Any = self.connection  # redis-py's Connection is untyped
+        try:
+            connection.send_packed_command([encoded])
+            return _read_replies(connection, 1)[0]
+        except (RedisConnectionError, RedisTimeoutError, TimeoutError):  # socket.timeout too
+            connection.disconnect()
+            raise
+        finally:
+            should_reconnect = getattr(connection, "should_reconnect", None)  # redis-py 6+
+            if should_reconnect is not None and should_reconnect():
+                connection.disconnect()
+                connection.connect()
+
     def command_replies(self, commands: Sequence[Command]) -> list[Any]:
         """Send ``commands`` in one write (no ``MULTI``); return their replies, errors included.
 

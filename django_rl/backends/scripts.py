@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -60,6 +60,44 @@ class LuaScript:
     def queue(self, pipe: Pipeline, keys: Sequence[str], args: Sequence[Any]) -> None:
         """Queue the script on a pipeline; :func:`replies_with_scripts` handles NOSCRIPT."""
         pipe.evalsha(self.sha, len(keys), *keys, *args)
+
+
+def _bulk(value: int | str) -> bytes:
+    """Return ``value`` as a RESP bulk string (text as UTF-8, as redis-py encodes it)."""
+    data = value.encode() if isinstance(value, str) else str(value).encode()
+    return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+class EncodedScript:
+    """EVALSHA of ``script`` on one key, its fixed arguments encoded once.
+
+    A decision sends the same command but for the key and the last few
+    arguments (cost, count or look, the time): encoding the rest once saves
+    redis-py's encoding of every argument on every call (about 6 µs of a
+    decision's CPU, docs/performance.md). On the kept connection's short path
+    only (``KeptConnectionClient.direct_ready``); anywhere else, and on
+    NOSCRIPT, the script is run as :class:`LuaScript` runs it.
+    """
+
+    def __init__(self, script: LuaScript, fixed: Sequence[int | str], variable: int) -> None:
+        self.script = script
+        self.fixed = tuple(fixed)
+        count = 4 + len(self.fixed) + variable  # EVALSHA, the SHA, 1, the key, the rest
+        self.head = b"*%d\r\n" % count + _bulk("EVALSHA") + _bulk(script.sha) + _bulk(1)
+        self.middle = b"".join(_bulk(arg) for arg in self.fixed)
+
+    def __call__(self, client: Redis, key: str, *variable: int | str) -> Any:
+        """Run the script on ``client`` with ``key``, the fixed arguments, then ``variable``."""
+        from django_rl.backends.connections import KeptConnectionClient
+
+        if type(client) is KeptConnectionClient and client.direct_ready():
+            encoded = self.head + _bulk(key) + self.middle + b"".join(map(_bulk, variable))
+            reply = client.send_encoded(encoded)
+            if not isinstance(reply, ResponseError):
+                return reply
+            if not isinstance(reply, NoScriptError):
+                raise reply
+        return self.script(client, (key,), (*self.fixed, *variable))
 
 
 def replies_with_scripts(client: KeptConnectionClient, commands: Sequence[Command]) -> list[Any]:
