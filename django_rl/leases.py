@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_rl")
 
-T = TypeVar("T")
-
 
 class Lease:
     """The slots one ``concurrency`` hit took: its key, token and cost, and where they live.
@@ -69,7 +67,12 @@ class Lease:
         return [f"{self.token}:{i}" for i in range(1, self.cost + 1)]
 
 
-def held(decisions: Decision | Lease | Iterable[Decision | Lease | None] | None) -> list[Lease]:
+#: Decisions (or leases) whose slots to give back: one, or several.
+Held = Decision | Lease | Iterable[Decision | Lease | None] | None
+T = TypeVar("T", bound=Held)
+
+
+def held(decisions: Held) -> list[Lease]:
     """Return the leases of ``decisions`` not yet given back, each once."""
     if decisions is None:
         return []
@@ -83,7 +86,7 @@ def held(decisions: Decision | Lease | Iterable[Decision | Lease | None] | None)
     return list(found.values())
 
 
-def release(decisions: Decision | Lease | Iterable[Decision | Lease | None] | None) -> int:
+def release(decisions: Held) -> int:
     """Give back the slots of ``decisions`` (Decisions, Leases, or one of either); return how many.
 
     One round trip per hash slot (one per request on a single server or
