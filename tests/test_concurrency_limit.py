@@ -225,3 +225,44 @@ def test_a_request_the_other_policy_refuses_takes_no_slot(client):
     refused = client.get("/two/")
     assert refused.status_code == 429
     assert left() == LIMIT  # the first gave its slot back; the second took none
+
+
+# The admin page and the command
+
+
+def test_inspect_shows_the_slots_in_flight(policies):
+    import io
+
+    from django.core.management import call_command
+
+    held = [policies["slots"].hit(IDENTITY) for _ in range(2)]
+    out = io.StringIO()
+    call_command("ratelimit", "inspect", "slots", IDENTITY, stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "policy       slots (concurrency 3 timeout 30s)"
+    assert lines[2:5] == ["allowed      yes", "limit        3", "remaining    1"]
+    assert lines[-1].split()[:2] == [policies["slots"].key(IDENTITY), "zset"]
+    leases.release(held)
+
+
+def test_the_admin_shows_a_live_row_and_resets_it(admin_client, policies):
+    held = [policies["slots"].hit(IDENTITY) for _ in range(LIMIT)]
+    rows = admin_client.get("/admin/django_rl/livecounter/data/").json()["rows"]
+    (row,) = [r for r in rows if r["policy"] == "slots"]
+    assert {k: row[k] for k in ("identity", "algorithm", "limit", "used", "remaining")} == {
+        "identity": IDENTITY,
+        "algorithm": "concurrency",
+        "limit": LIMIT,
+        "used": LIMIT,
+        "remaining": 0,
+    }
+    assert (row["denied"], row["retry_after"], row["detail"]) == (True, 1.0, "3 of 3 in flight")
+    response = admin_client.post(
+        "/admin/django_rl/livecounter/reset/",
+        {"rows": [f"slots:{IDENTITY}"], "confirmed": "yes"},
+        follow=True,
+    )
+    assert [str(m) for m in response.context["messages"]] == ["Reset 1 counter: 1 key deleted."]
+    assert left() == LIMIT
+    leases.release(held)  # given back after the reset: removes nothing, harmless
+    assert left() == LIMIT
