@@ -1,7 +1,8 @@
 """Key hygiene, property-based, on every topology: keys have TTLs, stay few, and go away.
 
-Hypothesis drives random sequences of hits (cost 1 to 3), peeks, resets and
-sleeps over four algorithms (and releases of concurrency slots) and a mix of plain and hostile identities.
+Hypothesis drives random sequences of hits (cost 1 to 3), peeks, resets,
+sleeps and releases of concurrency slots over four algorithms and a mix of
+plain and hostile identities.
 After every step:
 
 * every key under the prefix has a TTL, and none longer than its state can
