@@ -34,6 +34,7 @@ from typing import Any, TypeVar, cast
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse
 
+from django_rl import leases
 from django_rl.core import engine, inline
 from django_rl.core.engine import Limit
 from django_rl.core.plans import is_rate_function
@@ -42,6 +43,7 @@ from django_rl.core.reprs import short_repr
 from django_rl.exceptions import RateLimited
 from django_rl.http.headers import recorded, write_headers
 from django_rl.http.responses import too_many_requests
+from django_rl.leases import Lease
 
 V = TypeVar("V", bound=Callable[..., Any])
 
@@ -51,16 +53,19 @@ HTTP_METHODS = frozenset(
 )
 
 
-def check_request(request: HttpRequest, limit: Limit) -> HttpResponse | None:
-    """Decide ``limit`` for ``request``; return a 429 if it blocks a denial, else None.
+def _check(request: HttpRequest, limit: Limit) -> tuple[HttpResponse | None, list[Lease]]:
+    """Decide ``limit`` for ``request``: a 429 if it blocks a denial, and the slots it took.
 
-    The Decisions are recorded on the request (``headers.record``), for the
-    rate-limit headers of its response, and ``request.limited`` is set.
+    The slots (``concurrency`` policies' leases) are the caller's to give
+    back when the response is done. A request refused takes none: all or
+    nothing, no policy counted it.
     """
     verdict = engine.decide(request, (limit,))
+    held = leases.held(verdict.decisions)
     if not verdict.blocking:
-        return None
-    return too_many_requests(request, RateLimited(verdict.decisions))
+        return None, held
+    leases.release(held)
+    return too_many_requests(request, RateLimited(verdict.decisions)), []
 
 
 def ratelimit(
@@ -264,14 +269,25 @@ def _wrap(
         @functools.wraps(view)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             request = args[request_index]
+            held: list[Lease] = []
             if limit.applies(request):
                 # Off the event loop, in the request's sync thread (see above).
-                denied = await sync_to_async(check_request, thread_sensitive=True)(request, limit)
+                denied, held = await sync_to_async(_check, thread_sensitive=True)(request, limit)
                 if denied is not None:
                     return denied
             else:
                 engine.unlimited(request)
-            response = await view(*args, **kwargs)
+            if not held:
+                response = await view(*args, **kwargs)
+                write_headers(response, recorded(request))
+                return response
+            try:
+                response = await view(*args, **kwargs)
+            except BaseException:
+                await sync_to_async(leases.release, thread_sensitive=True)(held)
+                raise
+            # Given back when the ASGI handler closes the response (after its body).
+            leases.release_when_closed(response, held)
             write_headers(response, recorded(request))
             return response
 
@@ -287,9 +303,11 @@ def _wrap(
                 drf.decide(request, (limit,))  # raises Throttled when it blocks a denial
                 return view(*args, **kwargs)
         if limit.applies(request):
-            denied = check_request(request, limit)
+            denied, held = _check(request, limit)
             if denied is not None:
                 return denied
+            if held:
+                return _holding(view, args, kwargs, request, held)
         else:
             engine.unlimited(request)
         response = view(*args, **kwargs)
@@ -297,3 +315,21 @@ def _wrap(
         return response
 
     return sync_wrapper
+
+
+def _holding(
+    view: Callable[..., Any], args: Any, kwargs: Any, request: HttpRequest, held: list[Lease]
+) -> Any:
+    """Run ``view`` holding ``held`` (concurrency slots) until its response is closed.
+
+    Django closes every response once its body is sent (a streaming one once
+    the last chunk is); if the view raises, the slots are given back at once.
+    """
+    try:
+        response = view(*args, **kwargs)
+    except BaseException:
+        leases.release(held)
+        raise
+    leases.release_when_closed(response, held)
+    write_headers(response, recorded(request))
+    return response

@@ -23,6 +23,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from django_rl import leases
 from django_rl.conf import get_settings
 from django_rl.core import engine
 from django_rl.core.decision import Decision
@@ -30,12 +31,14 @@ from django_rl.core.policies import get_policy
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError, RateLimited
 from django_rl.http.headers import record_missing, write_headers
+from django_rl.leases import Lease
 
 
 class PolicyThrottle(BaseThrottle):
     """Throttle a DRF view by the policies its ``throttle_scope`` and ``throttle_policies`` name.
 
-    Every policy counts the request, even once one has denied it. DRF makes
+    The policies decide together, all or nothing (``core/together.py``): a
+    request one denies is counted by none. DRF makes
     a new throttle per request and calls :meth:`wait` on one that denied, so
     the Decisions are kept here for it, and nothing else.
     """
@@ -70,6 +73,8 @@ class PolicyThrottle(BaseThrottle):
         decisions = engine.hit_all(request, [get_policy(name) for name in names])
         self.decisions = tuple(decisions)
         write_view_headers(view, engine.settle(request, decisions))
+        # All or nothing: slots (concurrency) were taken only if none denied.
+        hold_until_done(view, leases.held(decisions))
         return not any(decision.denies for decision in decisions)
 
     def wait(self) -> float | None:
@@ -103,3 +108,44 @@ def write_view_headers(view: Any, decisions: list[Decision]) -> None:
     headers = getattr(view, "headers", None)
     if isinstance(headers, dict):
         write_headers(headers, decisions)
+
+
+def hold_until_done(view: Any, held: list[Lease]) -> None:
+    """Give back ``held`` (concurrency slots) when the DRF ``view``'s response is done.
+
+    A throttle and the hook around ``perform_authentication`` run inside
+    ``APIView.dispatch``, which then calls the instance's
+    ``finalize_response`` with the response (the view's own, or the one
+    ``handle_exception`` made of an error) and returns it; Django closes it
+    once its body is sent. So the instance's ``finalize_response`` hands the
+    slots to the response's close, and its ``handle_exception`` gives them
+    back at once when an exception escapes DRF (no response is made). Both
+    are set on this instance only: DRF makes one per request.
+    """
+    if not held:
+        return
+    finalize = getattr(view, "finalize_response", None)
+    handle = getattr(view, "handle_exception", None)
+    if finalize is None or handle is None:
+        # Not an APIView: nothing says when it is done; the slots end at
+        # their policy's timeout.
+        return
+
+    def finalize_response(request: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            response = finalize(request, response, *args, **kwargs)
+        except BaseException:
+            leases.release(held)
+            raise
+        leases.release_when_closed(response, held)
+        return response
+
+    def handle_exception(exc: Exception) -> Any:
+        try:
+            return handle(exc)
+        except BaseException:
+            leases.release(held)
+            raise
+
+    view.finalize_response = finalize_response
+    view.handle_exception = handle_exception

@@ -11,7 +11,7 @@ from django_rl.checks.system import check_settings
 
 GOOD = {"algorithm": "fixed_window", "rate": "5/m"}
 #: Every algorithm, as the hint of an unknown one lists them.
-NAMES = "fixed_window, sliding_log, token_bucket, gcra, sliding_window"
+NAMES = "fixed_window, sliding_log, token_bucket, gcra, sliding_window, concurrency"
 
 
 def errors(settings, rl=None, urls="tests.urls_without_limits", **overrides):
@@ -119,7 +119,7 @@ def test_the_test_settings_are_clean(settings):
             Error(
                 "DJANGO_RL['POLICIES']['p'] has unknown keys: 'rat'",
                 hint="Policy keys are algorithm, burst, capacity, fail_open, fallback_rate, key, "
-                "mode, rate. "
+                "limit, mode, rate, timeout. "
                 "Check the spelling.",
                 id="django_rl.E005",
             ),

@@ -1,7 +1,8 @@
 """Key hygiene, property-based, on every topology: keys have TTLs, stay few, and go away.
 
-Hypothesis drives random sequences of hits (cost 1 to 3), peeks, resets and
-sleeps over the three algorithms and a mix of plain and hostile identities.
+Hypothesis drives random sequences of hits (cost 1 to 3), peeks, resets,
+sleeps and releases of concurrency slots over four algorithms and a mix of
+plain and hostile identities.
 After every step:
 
 * every key under the prefix has a TTL, and none longer than its state can
@@ -29,8 +30,9 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from django_rl import get_policy
+from django_rl import get_policy, leases
 from django_rl.core import reset_epoch
+from django_rl.core.decision import Decision
 from tests.conftest import server_ms, sleep_until
 from tests.properties import STATEFUL
 
@@ -41,9 +43,11 @@ POLICIES = {
     "fw": {"algorithm": "fixed_window", "rate": "3/s", "key": "ip"},
     "sl": {"algorithm": "sliding_log", "rate": "3/s", "key": "ip"},
     "tb": {"algorithm": "token_bucket", "capacity": 3, "rate": "3/s", "key": "ip"},
+    # Slots held for at most 1 s, given back by the "release" rule.
+    "cc": {"algorithm": "concurrency", "limit": 3, "timeout": 1, "key": "ip"},
 }
-#: The longest any state lives after its last write: a 1 s window, or 1 s to
-#: refill 3 tokens at 3 per second.
+#: The longest any state lives after its last write: a 1 s window, 1 s to
+#: refill 3 tokens at 3 per second, or a lease's 1 s timeout.
 LIFE_MS = 1000
 #: How far the local estimate of the Redis clock may be off (see module doc).
 CLOCK_TOLERANCE_MS = 50
@@ -65,6 +69,8 @@ class KeyHygiene(RuleBasedStateMachine):
         #: (policy, identity) -> server time (ms) just after its last hit.
         self.written: dict[tuple[str, str], int] = {}
         self.policies = {name: get_policy(name) for name in POLICIES}
+        #: Decisions of concurrency hits whose slots are still held.
+        self.held: list[Decision] = []
         # Start clean even after a failed example (while Hypothesis shrinks).
         for key in self.client.scan_iter(match=f"{PREFIX}:*"):
             self.client.delete(key)
@@ -78,6 +84,14 @@ class KeyHygiene(RuleBasedStateMachine):
         decision = self.policies[name].hit(identity, cost)
         assert not decision.degraded
         self.written[name, identity] = server_ms(self.client)
+        if decision.lease is not None:
+            self.held.append(decision)
+
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        """Give back the slots of a concurrency hit (a removal: no TTL to set)."""
+        if self.held:
+            leases.release(self.held.pop(data.draw(st.integers(0, len(self.held) - 1))))
 
     @rule(name=st.sampled_from(list(POLICIES)), identity=st.sampled_from(IDENTITIES))
     def peek(self, name: str, identity: str) -> None:

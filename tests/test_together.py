@@ -187,6 +187,7 @@ REFUNDED = {
     "token_bucket": {"algorithm": "token_bucket", "capacity": 100, "rate": "100/h"},
     "gcra": {"algorithm": "gcra", "burst": 100, "rate": "100/h"},
     "sliding_window": {"algorithm": "sliding_window", "rate": "100/h"},
+    "concurrency": {"algorithm": "concurrency", "limit": 100, "timeout": 60},
 }
 
 

@@ -1,6 +1,6 @@
 """Exactness of policies decided together, on every topology: 16 threads and 4 processes.
 
-Every round all 20 workers hit a fresh identity through five policies at
+Every round all 20 workers hit a fresh identity through six policies at
 once (``hit_many``: every algorithm, each with its own limit), far more often
 than the tightest allows. The hits allowed must add up to the tightest
 limit exactly (a token bucket of 100), every round; and, because a hit one
@@ -8,7 +8,7 @@ policy denies is counted by none, each other policy must have counted
 exactly those hits: its remaining is its limit less them, to the unit.
 Rounds of ``cost`` 3 admit 33 hits (99 units).
 
-The identity's keys share its hash tag, so on the cluster all five are in
+The identity's keys share its hash tag, so on the cluster all six are in
 one slot: one script per hit there too. Rounds "across slots" hit each
 policy on an identity of its own (other hash tags, other slots on the
 cluster): reserved slot by slot, refunded when a later slot denies.
@@ -35,9 +35,11 @@ POLICIES = {
     "log": {"algorithm": "sliding_log", "rate": "150/h", "key": "ip"},
     "window": {"algorithm": "sliding_window", "rate": "130/h", "key": "ip"},
     "gcra": {"algorithm": "gcra", "burst": 120, "rate": "120/h", "key": "ip"},
+    # Slots never given back here: a limit of 160 in flight, 100 taken.
+    "conc": {"algorithm": "concurrency", "limit": 160, "timeout": 3600, "key": "ip"},
     "bucket": {"algorithm": "token_bucket", "capacity": 100, "rate": "100/h", "key": "ip"},
 }
-LIMITS = {"bucket": 100, "gcra": 120, "window": 130, "log": 150, "fixed": 200}
+LIMITS = {"bucket": 100, "gcra": 120, "window": 130, "log": 150, "fixed": 200, "conc": 160}
 STACK = TOGETHER.join(POLICIES)
 ROUNDS = 10
 
@@ -71,7 +73,7 @@ def test_every_round_admits_the_tightest_limit_and_the_others_count_exactly_that
         )
         totals.append(total)
         overlapped += at_once
-        identities = [f"{identity}/{i}" if across and i else identity for i in range(5)]
+        identities = [f"{identity}/{i}" if across and i else identity for i in range(len(POLICIES))]
         left = {
             name: peek(policy_and_hit(name)[0], who).remaining
             for name, who in zip(POLICIES, identities, strict=True)
@@ -80,7 +82,7 @@ def test_every_round_admits_the_tightest_limit_and_the_others_count_exactly_that
     figures.record(
         request.config,
         f"exactness of policies decided together ({THREADS} threads + {PROCESSES} processes, "
-        "5 algorithms, the tightest 100/h)",
+        "6 algorithms, the tightest 100/h)",
         f"{topology.name:<8} {'across slots' if across else 'one slot':<12} cost {cost}: "
         f"{ROUNDS} rounds, admitted per round: "
         + ", ".join(f"{total} x{n}" for total, n in sorted(Counter(totals).items()))

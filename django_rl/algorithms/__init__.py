@@ -9,6 +9,7 @@ from django_rl.algorithms.base import (
     Reading,
     fingerprint_text,
 )
+from django_rl.algorithms.concurrency import Concurrency
 from django_rl.algorithms.fixed_window import FixedWindow
 from django_rl.algorithms.gcra import Gcra
 from django_rl.algorithms.sliding_log import SlidingLog
@@ -22,6 +23,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     TokenBucket.name: TokenBucket,
     Gcra.name: Gcra,
     SlidingWindow.name: SlidingWindow,
+    Concurrency.name: Concurrency,
 }
 
 #: Every parameter any algorithm takes; a policy key outside this set and the

@@ -21,12 +21,14 @@ from collections.abc import Iterable
 #: call: fixed_window (MULTI/EXEC of INCRBY, DECRBY, PEXPIREAT or PEXPIRE,
 #: PTTL; GET to peek), the server's clock (TIME), the scripts (EVALSHA, EVAL
 #: on NOSCRIPT, SCRIPT LOAD for pipelines) and their commands (gcra: GET,
-#: SET, PEXPIRE, DEL; sliding_window and token_bucket: HMGET, HSET), and DEL.
+#: SET, PEXPIRE, DEL; sliding_window and token_bucket: HMGET, HSET; concurrency:
+#: ZREMRANGEBYSCORE, ZCOUNT, ZADD, ZRANGEBYSCORE, ZRANGE, PEXPIRE, DEL, and ZREM
+#: to give a lease back), and DEL.
 DECISION_COMMANDS = (
     "multi", "exec", "incrby", "decrby", "pexpireat", "pexpire", "pttl", "get", "time",
     "evalsha", "eval", "script|load",
     "zcount", "zremrangebyrank", "zcard", "zrange", "zadd", "hmget", "hset", "del",
-    "hgetall", "set",
+    "hgetall", "set", "zrem",
 )  # fmt: skip
 #: The history behind the admin's charts (``observability/history.py``): each
 #: process's writes once a second (HINCRBY, ZINCRBY, ZADD, ZREMRANGEBYRANK,

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from django_rl.leases import Lease
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,10 @@ class Decision:
         do not refuse a request for it, leave it out of the rate-limit
         headers and of ``request.limited``, and report its denials as shadow
         denials (signal, log). See :attr:`denies`.
+    :ivar lease: what gives back the slots a ``concurrency`` hit took (only
+        on a hit that was allowed and counted; ``None`` otherwise): pass the
+        Decision to :func:`django_rl.leases.release` when the work is done.
+        The front doors do it when the response is closed.
     """
 
     allowed: bool
@@ -49,6 +57,7 @@ class Decision:
     window: int | None = None
     fallback: bool = False
     shadow: bool = False
+    lease: Lease | None = field(default=None, compare=False, repr=False)
 
     @property
     def denies(self) -> bool:

@@ -67,7 +67,7 @@ def build_policy(
         identify = checked_identity(key, function_label(key))
     else:
         identify = resolve_identity(key, addresses=settings.addresses)
-    rate = spec["rate"]
+    rate = spec.get("rate")  # concurrency has none
     prefix = settings.key_prefix
     algorithm: Algorithm | None = None
     rates = None

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, cast
 from redis.exceptions import RedisError
 
 from django_rl.algorithms import Algorithm, Outcome, ParameterError, StaticAlgorithm, Unlimited
+from django_rl.algorithms.concurrency import Held
 from django_rl.backends import Backend, RedisNode
 from django_rl.core import reset_epoch
 from django_rl.core.decision import Decision
@@ -34,6 +35,7 @@ from django_rl.core.plans import (
 from django_rl.core.rates import RateError
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import BackendError, ConfigurationError
+from django_rl.leases import Lease
 from django_rl.observability.denials import report_denial
 from django_rl.observability.history import record as record_history
 from django_rl.observability.metrics import count_decision, count_deny_cache_answer, metrics
@@ -399,7 +401,15 @@ class Policy:
             False,
             variant.window,
         )
-        if self.denials is not None and not allowed:
+        if type(outcome) is Held:
+            # A concurrency hit that took slots (only a counted one does).
+            lease = Lease(self.backend, pending.key, outcome.token, pending.cost, self.name)
+            decision = replace(decision, lease=lease)
+        if (
+            self.denials is not None
+            and not allowed
+            and getattr(variant.algorithm, "cache_denials", True)
+        ):
             any_cost = variant.algorithm.denial_holds_for_any_cost
             self.denials.remember(
                 pending.key, decision, pending.cost, pending.asked_at, any_cost=any_cost

@@ -41,7 +41,9 @@ if TYPE_CHECKING:
     from django_rl.core.decision import Decision
 
 #: The algorithms a script of several policies can hold: each a ``<name>.lua``.
-FRAGMENTS = ("fixed_window", "sliding_log", "token_bucket", "gcra", "sliding_window")
+FRAGMENTS = (
+    "fixed_window", "sliding_log", "token_bucket", "gcra", "sliding_window", "concurrency",
+)  # fmt: skip
 
 SCRIPT = LuaScript.from_parts(
     "django_rl.algorithms",

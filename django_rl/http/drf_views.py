@@ -21,7 +21,9 @@ A denied request raises DRF's ``Throttled``: the 429 with ``Retry-After`` and
 ``detail`` that ``PolicyThrottle`` gives, through the project's exception
 handler (with ``block=False`` the view runs, ``request.limited`` set). The
 rate-limit headers go into the view's ``headers``, which
-``finalize_response`` copies onto every response, allowed or denied.
+``finalize_response`` copies onto every response, allowed or denied. Slots
+of ``concurrency`` policies are given back when the response is closed
+(``throttling.hold_until_done``).
 
 This module imports DRF; ``decorators.py`` loads it only once DRF is loaded.
 """
@@ -37,9 +39,10 @@ from rest_framework.exceptions import APIException, Throttled
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from django_rl import leases
 from django_rl.core import engine
 from django_rl.http.headers import recorded
-from django_rl.throttling import write_view_headers
+from django_rl.throttling import hold_until_done, write_view_headers
 
 if TYPE_CHECKING:
     from django_rl.core.engine import Limit
@@ -164,5 +167,8 @@ def decide(request: Request, limits: Iterable[Limit]) -> None:
         return
     view = request.parser_context.get("view")
     write_view_headers(view, recorded(request))
+    held = leases.held(verdict.decisions)
     if verdict.blocking:
+        leases.release(held)  # another use of @ratelimit refused the request
         raise Throttled(wait=max(d.retry_after_header for d in verdict.blocking))
+    hold_until_done(view, held)

@@ -1,0 +1,150 @@
+"""Giving back the slots of ``concurrency`` hits.
+
+A ``concurrency`` hit that is allowed (and counted: when several policies
+decide a request together and one denies, none counts, and no slot is taken)
+holds ``cost`` slots until they are given back, or until the policy's
+``timeout`` ends them. Its Decision carries a :class:`Lease`
+(``Decision.lease``); :func:`release` gives it back.
+
+* ``@ratelimit`` gives the slots back when Django closes the response
+  (``HttpResponseBase.close()``, which every WSGI and ASGI server calls once
+  the body is sent, streaming bodies included), and at once when the view
+  raises; sync and async views alike.
+* DRF (``PolicyThrottle``, and ``@ratelimit`` on DRF views): the view
+  instance's ``finalize_response`` hands the response's close the slots, and
+  its ``handle_exception`` gives them back when an exception escapes DRF.
+* Code outside views: ``with holding(policy.hit(identity)) as decision:``,
+  or ``release(decision)`` in a ``finally``.
+
+:func:`release` never raises for Redis trouble: a lease that cannot be given
+back ends by itself at the policy's ``timeout`` (the node logs the outage or
+error reply once, as for decisions).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from redis.exceptions import RedisError
+
+from django_rl.core.decision import Decision
+
+if TYPE_CHECKING:
+    from django_rl.backends import Backend, RedisNode
+
+logger = logging.getLogger("django_rl")
+
+
+class Lease:
+    """The slots one ``concurrency`` hit took: its key, token and cost, and where they live.
+
+    Given back at most once (:meth:`release` marks it, even when Redis could
+    not answer: the lease then ends at its timeout).
+    """
+
+    __slots__ = ("backend", "cost", "key", "policy", "released", "token")
+
+    def __init__(self, backend: Backend, key: str, token: str, cost: int, policy: str) -> None:
+        self.backend = backend
+        self.key = key
+        self.token = token
+        self.cost = cost
+        self.policy = policy
+        self.released = False
+
+    def __repr__(self) -> str:
+        state = "released" if self.released else "held"
+        return f"<Lease of {self.cost} slot(s) of policy {self.policy!r}, {state}>"
+
+    def members(self) -> list[str]:
+        """Return the ZSET members of its slots (as ``concurrency.lua`` names them)."""
+        if self.cost == 1:
+            return [self.token]
+        return [f"{self.token}:{i}" for i in range(1, self.cost + 1)]
+
+
+#: Decisions (or leases) whose slots to give back: one, or several.
+Held = Decision | Lease | Iterable[Decision | Lease | None] | None
+T = TypeVar("T", bound=Held)
+
+
+def held(decisions: Held) -> list[Lease]:
+    """Return the leases of ``decisions`` not yet given back, each once."""
+    if decisions is None:
+        return []
+    if isinstance(decisions, (Decision, Lease)):
+        decisions = (decisions,)
+    found: dict[int, Lease] = {}
+    for item in decisions:
+        lease = item.lease if isinstance(item, Decision) else item
+        if lease is not None and not lease.released:
+            found[id(lease)] = lease
+    return list(found.values())
+
+
+def release(decisions: Held) -> int:
+    """Give back the slots of ``decisions`` (Decisions, Leases, or one of either); return how many.
+
+    One round trip per hash slot (one per request on a single server or
+    Sentinel: a request's leases share its identity's slot). Decisions
+    without a lease (another algorithm, a denied or uncounted hit, a
+    degraded one) and leases already given back are skipped. Never raises
+    for Redis trouble: those slots end at their policy's ``timeout``.
+    """
+    leases = held(decisions)
+    if not leases:
+        return 0
+    for lease in leases:
+        lease.released = True
+    groups: dict[tuple[int, int], list[Lease]] = {}
+    for lease in leases:
+        backend = lease.backend
+        groups.setdefault((id(backend), backend.slot_of(lease.key)), []).append(lease)
+    given = 0
+    for group in groups.values():
+        try:
+            group[0].backend.run(group[0].key, _give_back, group)
+        except RedisError as exc:
+            # The node logged the outage or error reply once; the lease ends
+            # by its timeout.
+            logger.debug("could not give back %d lease(s): %s", len(group), exc)
+            continue
+        given += sum(lease.cost for lease in group)
+    return given
+
+
+def _give_back(node: RedisNode, key: str, leases: list[Lease]) -> None:
+    # ZREM may run twice (a retried pipeline): the second removes nothing.
+    node.pipeline(lambda pipe: [pipe.zrem(lease.key, *lease.members()) for lease in leases])
+
+
+@contextmanager
+def holding(decisions: T) -> Iterator[T]:
+    """Give back the slots of ``decisions`` when the block ends, however it ends.
+
+    ``with holding(policy.hit(identity)) as decision: if decision.allowed: ...``
+    """
+    try:
+        yield decisions
+    finally:
+        release(decisions)
+
+
+def release_when_closed(response: Any, leases: list[Lease]) -> None:
+    """Give back ``leases`` when Django closes ``response`` (at once if it cannot be hooked).
+
+    Django calls ``close()`` on every response once its body is sent (WSGI
+    and ASGI, streaming included), and ``close()`` calls each of
+    ``_resource_closers``.
+    """
+    if not leases:
+        return
+    closers = getattr(response, "_resource_closers", None)
+    if isinstance(closers, list):
+        closers.append(functools.partial(release, leases))
+    else:
+        release(leases)
