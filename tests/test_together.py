@@ -210,3 +210,22 @@ def test_a_refund_leaves_the_state_as_if_never_counted(settings, redis_client, n
     # The state goes on as if the 7 had never counted: 89 more fit, not 90.
     assert policy.hit("r", 89).allowed
     assert not policy.hit("r", 1).allowed
+
+
+def test_several_limits_of_one_request_are_decided_together(limits):
+    """engine.decide: the limits of several @ratelimit uses (as noted on a DRF view)."""
+    from django.test import RequestFactory
+
+    from django_rl.core.engine import Limit, decide
+
+    factory = RequestFactory(REMOTE_ADDR="198.51.100.4")
+    uses = [Limit(("burst",), block=False), Limit(("daily",), cost=3)]
+    verdicts = [decide(factory.get("/"), uses) for _ in range(3)]
+    assert [[d.allowed for d in v.decisions] for v in verdicts] == [
+        [True, True],
+        [True, True],
+        [False, True],
+    ]
+    # The third was denied by burst (which does not block): daily did not count it.
+    assert [v.blocking for v in verdicts] == [[], [], []]
+    assert remaining("daily", "ip:198.51.100.4") == 100 - 6

@@ -78,17 +78,24 @@ def hit_all(request: Any, policies: Iterable[Policy], cost: int = 1) -> list[Dec
     policy counts it; when none does, each counts it. One round trip where
     the policies' keys share a slot.
     """
-    made: list[tuple[Policy, str, Pending | Decision]] = []
-    for policy in policies:
+    return [decision for _, decision in _hit_weighted(request, [(p, cost) for p in policies])]
+
+
+def _hit_weighted(
+    request: Any, weighted: Sequence[tuple[Policy, int]]
+) -> list[tuple[int, Decision]]:
+    """Hit ``(policy, cost)`` pairs for ``request`` together; (index, Decision) of those applied."""
+    made: list[tuple[int, Policy, str, Pending | Decision]] = []
+    for index, (policy, cost) in enumerate(weighted):
         prepared = policy.prepare_request(request, cost)
         if prepared is not None:
-            made.append((policy, *prepared))
+            made.append((index, policy, *prepared))
     if not made:
         return []
-    decided = together.decide([(policy, m) for policy, _, m in made])
+    decided = together.decide([(policy, m) for _, policy, _, m in made])
     return [
-        policy.report_request(request, identity, decision)
-        for (policy, identity, _), decision in zip(made, decided, strict=True)
+        (index, policy.report_request(request, identity, decision))
+        for (index, policy, identity, _), decision in zip(made, decided, strict=True)
     ]
 
 
@@ -152,15 +159,18 @@ class Verdict:
 
 
 def decide(request: Any, limits: Iterable[Limit]) -> Verdict:
-    """Hit the policies of every limit that applies to ``request``; record and settle them."""
-    decisions: list[Decision] = []
-    blocking: list[Decision] = []
-    for limit in limits:
-        if not limit.applies(request):
-            continue
-        made = limit.hit(request)
-        decisions += made
-        if limit.block:
-            blocking += [d for d in made if d.denies]
+    """Hit the policies of every limit that applies to ``request``, together; record and settle.
+
+    All the limits' policies are decided at once, all or nothing (each at its
+    limit's cost), as one limit's are: several ``@ratelimit`` uses noted on
+    one DRF view count a request only if none denies it.
+    """
+    owned = [
+        (limit, policy) for limit in limits if limit.applies(request) for policy in limit.policies()
+    ]
+    owners = [limit for limit, _ in owned]
+    made = _hit_weighted(request, [(policy, limit.cost) for limit, policy in owned])
+    decisions = [decision for _, decision in made]
+    blocking = [decision for index, decision in made if owners[index].block and decision.denies]
     settle(request, decisions)
     return Verdict(decisions, blocking)
