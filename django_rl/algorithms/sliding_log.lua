@@ -9,8 +9,8 @@
 -- (With cost, commit and now: see algorithms/prelude.lua.)
 --
 -- Returns {allowed (1/0), units used after this call, retry_after_ms,
---          reset_after_ms, entries in the log, the score of the hit counted
---          (-1: none counted)}.
+--          reset_after_ms, entries in the log (a look; -1 when counting
+--          did not need them), the score of the hit counted (-1: none)}.
 --
 -- The hits are laid end to end on a line of units: a hit of cost c that is
 -- allowed when the newest live hit ends at s takes [s, s + c). Its member is
@@ -95,25 +95,38 @@ local function sliding_log(keys, now, cost, commit, args)
   local horizon = now - window
 
   -- first: the rank of the oldest live entry (the entries before it have left
-  -- the window); entries: how many are live.
-  local first = redis.call('ZCOUNT', key, '-inf', int(horizon))
-  if commit and first > 0 then
-    -- Freeing an entry takes about 1 us, so a hit removes at most CLEANUP of
-    -- those that left (the oldest ones); any others go with the next hits.
-    -- That bounds a hit's time even after a long pause in a big log. It
-    -- leaves memory bounded too: a hit adds at most one entry and removes at
-    -- least one while any are left over, so the log never holds more than
-    -- `limit` entries.
-    local removed = math.min(first, CLEANUP)
-    redis.call('ZREMRANGEBYRANK', key, 0, int(removed - 1))
-    first = first - removed
+  -- the window). Usually none has left: the oldest entry tells, in the read
+  -- that finds where the log starts anyway. Counting them is for when some
+  -- have (after a pause, then at most once per expiring entry).
+  local first = 0
+  local oldest = at(0)
+  if oldest and oldest[1] <= horizon then
+    first = redis.call('ZCOUNT', key, '-inf', int(horizon))
+    if commit then
+      -- Freeing an entry takes about 1 us, so a hit removes at most CLEANUP
+      -- of those that left (the oldest ones); any others go with the next
+      -- hits. That bounds a hit's time even after a long pause in a big log.
+      -- It leaves memory bounded too: a hit adds at most one entry and
+      -- removes at least one while any are left over, so the log never holds
+      -- more than `limit` entries.
+      local removed = math.min(first, CLEANUP)
+      redis.call('ZREMRANGEBYRANK', key, 0, int(removed - 1))
+      first = first - removed
+    end
+    oldest = at(first)  -- nil when every entry has left
   end
-  local entries = redis.call('ZCARD', key) - first
+
+  -- entries: how many are live, counted only where an answer needs it (a
+  -- look, a denial's search); -1 in a count's reply.
+  local entries = -1
+  local function live()
+    if entries < 0 then entries = redis.call('ZCARD', key) - first end
+    return entries
+  end
 
   local used = 0
-  local oldest, newest
-  if entries > 0 then
-    oldest = at(first)
+  local newest
+  if oldest then
     newest = at(-1)
     used = span(oldest[2], newest)
   end
@@ -142,7 +155,6 @@ local function sliding_log(keys, now, cost, commit, args)
       -- then moves it here, which is the same as deleting it and adding this.
       redis.call('ZADD', key, int(score), member)
       used = used + cost
-      entries = entries + 1
       reset = score - horizon
     end
   else
@@ -152,8 +164,14 @@ local function sliding_log(keys, now, cost, commit, args)
     -- The newest entry always qualifies (its end is `used` past the start);
     -- `found` is always the entry at `high`.
     local need = used + cost - limit
-    local low, high = first, first + entries - 1
+    local low, high = first, first + live() - 1
     local found = newest
+    if not found then
+      -- An empty log, and a hit heavier than the limit (uses of one policy
+      -- merged by together.py): it never fits; its wait is a window.
+      found = {now}
+      low = high
+    end
     while low < high do
       local middle = math.floor((low + high) / 2)
       local e = at(middle)
@@ -167,13 +185,14 @@ local function sliding_log(keys, now, cost, commit, args)
     retry = found[1] - horizon
   end
 
-  if commit and entries > 0 then
+  if commit and newest or placed >= 0 then
     -- Every counting call (denied ones too) sets the TTL to when the newest
     -- entry leaves: the key never outlives its content, and a key whose TTL
     -- was removed is healed by its next hit.
     redis.call('PEXPIRE', key, int(reset))
   end
 
+  if not commit then live() end
   return {allowed and 1 or 0, used, retry, reset, entries, placed}
 end
 
