@@ -23,12 +23,13 @@ from collections.abc import Iterable
 #: on NOSCRIPT, SCRIPT LOAD for pipelines) and their commands (gcra: GET,
 #: SET, PEXPIRE, DEL; sliding_window and token_bucket: HMGET, HSET; concurrency:
 #: ZREMRANGEBYSCORE, ZCOUNT, ZADD, ZRANGEBYSCORE, ZRANGE, PEXPIRE, DEL, and ZREM
-#: to give a lease back), and DEL.
+#: to give a lease back), the refunds across cluster slots (refund.lua: EXISTS,
+#: DECRBY, ZRANGEBYSCORE, ZRANK, ZREM, ZADD), and DEL.
 DECISION_COMMANDS = (
     "multi", "exec", "incrby", "decrby", "pexpireat", "pexpire", "pttl", "get", "time",
     "evalsha", "eval", "script|load",
     "zcount", "zremrangebyrank", "zcard", "zrange", "zadd", "hmget", "hset", "del",
-    "hgetall", "set", "zrem",
+    "hgetall", "set", "zrem", "zrank",
 )  # fmt: skip
 #: The history behind the admin's charts (``observability/history.py``): each
 #: process's writes once a second (HINCRBY, ZINCRBY, ZADD, ZREMRANGEBYRANK,
