@@ -11,7 +11,8 @@
 # make screenshot: retake docs/admin-live-counters.png and docs/admin-charts.png with the browser test.
 # make bench: the benchmarks (docs/performance.md; bench.dropin_drf: the DRF
 # drop-in against DRF's own throttles; bench.stacked: several policies on one
-# request against DRF's and django-ratelimit's stacked limits), in their own .venv-bench
+# request against DRF's and django-ratelimit's stacked limits; bench.stacked_cluster:
+# the same on a Redis Cluster, one slot and three, refunds counted), in their own .venv-bench
 # with the peers installed; they start and stop their own redis-server,
 # gunicorn and wrk.
 
@@ -77,6 +78,7 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.dropin_ratelimit $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python -m bench.dropin_drf $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python -m bench.stacked $(BENCH_ARGS)
+	$(BENCH_VENV)/bin/python -m bench.stacked_cluster $(BENCH_ARGS)
 
 $(BENCH_STAMP): setup.cfg pyproject.toml
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
