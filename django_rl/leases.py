@@ -78,12 +78,14 @@ def held(decisions: Held) -> list[Lease]:
         return []
     if isinstance(decisions, (Decision, Lease)):
         decisions = (decisions,)
-    found: dict[int, Lease] = {}
+    found: dict[int, Lease] | None = None  # made only for a lease: most requests hold none
     for item in decisions:
         lease = item.lease if isinstance(item, Decision) else item
         if lease is not None and not lease.released:
+            if found is None:
+                found = {}
             found[id(lease)] = lease
-    return list(found.values())
+    return [] if found is None else list(found.values())
 
 
 def release(decisions: Held) -> int:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django_rl.core import together
 from django_rl.core.decision import Decision
@@ -85,6 +85,16 @@ def _hit_weighted(
     request: Any, weighted: Sequence[tuple[Policy, int]]
 ) -> list[tuple[int, Decision]]:
     """Hit ``(policy, cost)`` pairs for ``request`` together; (index, Decision) of those applied."""
+    if len(weighted) == 1:
+        # One policy, the usual case: what together.decide does for one hit
+        # (ask Redis unless the hit was decided without it), without its lists.
+        policy, cost = weighted[0]
+        prepared = policy.prepare_request(request, cost)
+        if prepared is None:
+            return []
+        identity, one = prepared
+        decision = policy.ask(one) if type(one) is Pending else one
+        return [(0, policy.report_request(request, identity, decision))]  # type: ignore[arg-type]
     made: list[tuple[int, Policy, str, Pending | Decision]] = []
     for index, (policy, cost) in enumerate(weighted):
         prepared = policy.prepare_request(request, cost)
@@ -134,7 +144,12 @@ def settle(request: Any, decisions: Sequence[Decision]) -> list[Decision]:
     http_request = getattr(request, "_request", request)
     if not getattr(http_request, LIMITED, False):
         # A shadow policy's denial limits nothing (Decision.denies).
-        setattr(http_request, LIMITED, any(d.denies for d in decisions))
+        limited = False
+        for decision in decisions:
+            if decision.denies:
+                limited = True
+                break
+        setattr(http_request, LIMITED, limited)
     return every
 
 
@@ -146,8 +161,7 @@ def unlimited(request: Any) -> None:
         record(http_request, ())
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     """What the limits of one front door decided for a request.
 
     :ivar decisions: this front door's Decisions.
@@ -158,19 +172,31 @@ class Verdict:
     blocking: list[Decision]
 
 
-def decide(request: Any, limits: Iterable[Limit]) -> Verdict:
+def decide(request: Any, limits: Sequence[Limit]) -> Verdict:
     """Hit the policies of every limit that applies to ``request``, together; record and settle.
 
     All the limits' policies are decided at once, all or nothing (each at its
     limit's cost), as one limit's are: several ``@ratelimit`` uses noted on
     one DRF view count a request only if none denies it.
     """
-    owned = [
-        (limit, policy) for limit in limits if limit.applies(request) for policy in limit.policies()
-    ]
-    owners = [limit for limit, _ in owned]
-    made = _hit_weighted(request, [(policy, limit.cost) for limit, policy in owned])
-    decisions = [decision for _, decision in made]
-    blocking = [decision for index, decision in made if owners[index].block and decision.denies]
+    if len(limits) == 1:  # one @ratelimit use: no owners to tell apart
+        limit = limits[0]
+        if limit.applies(request):
+            cost = limit.cost
+            made = _hit_weighted(request, [(policy, cost) for policy in limit.policies()])
+        else:
+            made = []
+        decisions = [decision for _, decision in made]
+        blocking = [d for d in decisions if d.denies] if limit.block else []
+    else:
+        owned = [
+            (limit, policy)
+            for limit in limits
+            if limit.applies(request)
+            for policy in limit.policies()
+        ]
+        made = _hit_weighted(request, [(policy, limit.cost) for limit, policy in owned])
+        decisions = [decision for _, decision in made]
+        blocking = [d for index, d in made if owned[index][0].block and d.denies]
     settle(request, decisions)
     return Verdict(decisions, blocking)

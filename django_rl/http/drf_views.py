@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rest_framework.exceptions import APIException, Throttled
@@ -155,7 +155,7 @@ def _decide_noted(request: Request) -> None:
         decide(request, limits)
 
 
-def decide(request: Request, limits: Iterable[Limit]) -> None:
+def decide(request: Request, limits: Sequence[Limit]) -> None:
     """Decide the ``limits`` that apply to ``request``; raise ``Throttled`` if one blocks.
 
     The Decisions are recorded on the request (and ``request.limited`` set,
