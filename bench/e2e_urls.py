@@ -1,11 +1,20 @@
-"""The example project's URLs, and an unlimited twin of each limited view."""
+"""The example project's URLs, an unlimited twin of each limited view, and a floor twin.
+
+A floor twin is the unlimited twin plus one round trip to Redis and nothing
+else: a PING, sent already encoded on the kept connection django_rl's
+decisions use. No limiter that asks Redis once per request can cost less;
+``bench/endtoend.py`` measures it in the same run as the others.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.views import View
 
+from django_rl.backends.redis import get_backend
 from example_project import views
 from example_project.urls import urlpatterns as example_urlpatterns
 
@@ -23,8 +32,39 @@ class OpenBurstView(View):
         return JsonResponse({"ok": True})
 
 
+#: PING in RESP, as a decision's EVALSHA is sent: encoded once.
+PING = b"*1\r\n$4\r\nPING\r\n"
+
+
+def one_round_trip() -> None:
+    """Send a PING on this thread's kept connection to the policies' Redis; read its reply."""
+    client = get_backend("default").client
+    if not client.direct_ready():
+        raise RuntimeError("the kept connection cannot take an encoded command here")
+    if client.send_encoded(PING) != b"PONG":
+        raise RuntimeError("PING did not answer PONG")
+
+
+class FloorItemsView(OpenItemsView):
+    """``OpenItemsView`` plus one round trip to Redis."""
+
+    def get(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        one_round_trip()
+        return super().get(request, *args, **kwargs)
+
+
+class FloorBurstView(OpenBurstView):
+    """``OpenBurstView`` plus one round trip to Redis."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        one_round_trip()
+        return super().get(request)
+
+
 urlpatterns = [
     *example_urlpatterns,
     path("open/api/items/", OpenItemsView.as_view()),
     path("open/burst/", OpenBurstView.as_view()),
+    path("floor/api/items/", FloorItemsView.as_view()),
+    path("floor/burst/", FloorBurstView.as_view()),
 ]

@@ -6,12 +6,16 @@ Requests per second of a small DRF endpoint with ``PolicyThrottle`` (fixed
 window) against its twin without a throttle, and of a view decorated with
 ``@ratelimit`` (token bucket) against its undecorated twin. Every request is
 allowed (the limits are out of reach): this is what the limiter costs a
-request that gets through.
+request that gets through. Each twin also has a floor twin that makes one
+round trip to Redis (a PING on the kept connection) and nothing else: what
+any limiter that asks Redis once per request would cost at the least, on
+this machine, in the same run.
 
 Setup: its own redis-server; gunicorn with 2 x cores + 1 sync workers;
-wrk with 1 thread and 8 connections, runs of ``--seconds`` each, limited and
-open runs alternating (ABBA), ratio = median over the repeats of limited /
-open. CPU time of wrk, of the gunicorn workers and of redis-server is read
+wrk with 1 thread and 8 connections, runs of ``--seconds`` each, the three
+paths of an endpoint in a rotating order, ratios = medians over the repeats
+of limited / open and floor / open (each run against the open run of its
+repeat). CPU time of wrk, of the gunicorn workers and of redis-server is read
 from /proc for every run, to show which one is the bottleneck. Every process
 started here is stopped by its pid before the script exits.
 """
@@ -35,10 +39,15 @@ from bench.report import bench_parser, finish, print_table
 from tests.redis_server import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Each endpoint: the limited path, its unlimited twin, and its floor twin
+#: (the unlimited twin plus one PING on the kept connection: bench/e2e_urls.py).
 PAIRS = {
-    "DRF endpoint (PolicyThrottle, fixed_window)": ("/api/items/", "/open/api/items/"),
-    "plain view (@ratelimit, token_bucket)": ("/burst/", "/open/burst/"),
+    "DRF endpoint (PolicyThrottle, fixed_window)": (
+        "/api/items/", "/open/api/items/", "/floor/api/items/",
+    ),
+    "plain view (@ratelimit, token_bucket)": ("/burst/", "/open/burst/", "/floor/burst/"),
 }
+KINDS = ("limited", "open", "floor")
 WORKERS = 2 * (os.cpu_count() or 1) + 1  # gunicorn's advice: (2 x cores) + 1
 CONNECTIONS = 8
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -178,9 +187,9 @@ def run(
     assert redis_server.process is not None
     workers = gunicorn.workers()
     servers = {"workers": workers, "redis": [redis_server.process.pid]}
-    for limited, open_ in PAIRS.values():  # warm both workers' connections and caches
-        wrk_run(wrk, gunicorn.url + limited, 1)
-        wrk_run(wrk, gunicorn.url + open_, 1)
+    for paths in PAIRS.values():  # warm the workers' connections and caches
+        for path in paths:
+            wrk_run(wrk, gunicorn.url + path, 1)
     results: dict[str, Any] = {
         "setup": {
             "gunicorn": f"{WORKERS} sync workers",
@@ -191,24 +200,32 @@ def run(
         },
         "pairs": {},
     }
-    for name, (limited, open_) in PAIRS.items():
-        runs: dict[str, list[dict[str, float]]] = {"limited": [], "open": []}
+    for name, paths in PAIRS.items():
+        runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
         for repeat in range(repeats):
-            order = [("limited", limited), ("open", open_)]
-            for kind, path in order if repeat % 2 == 0 else order[::-1]:
+            shift = repeat % len(KINDS)
+            order = list(zip(KINDS, paths, strict=True))
+            for kind, path in order[shift:] + order[:shift]:
                 cpu_before = {k: cpu_seconds(v) for k, v in servers.items()}
                 measured = wrk_run(wrk, gunicorn.url + path, seconds)
                 for k, v in servers.items():
                     measured[f"{k}_cpu"] = cpu_seconds(v) - cpu_before[k]
                 runs[kind].append(measured)
-        ratios = [a["rps"] / b["rps"] for a, b in zip(runs["limited"], runs["open"], strict=True)]
-        results["pairs"][name] = {
-            "paths": [limited, open_],
-            "limited_rps": statistics.median(r["rps"] for r in runs["limited"]),
-            "open_rps": statistics.median(r["rps"] for r in runs["open"]),
-            "ratio": statistics.median(ratios),
-            "runs": runs,
-        }
+        pair: dict[str, Any] = {"paths": list(paths), "runs": runs}
+        for kind in KINDS:
+            pair[f"{kind}_rps"] = statistics.median(r["rps"] for r in runs[kind])
+            pair[f"{kind}_cpu_per_request"] = statistics.median(
+                r["workers_cpu"] / (r["rps"] * seconds) for r in runs[kind]
+            )
+        for kind in ("limited", "floor"):
+            pair["ratio" if kind == "limited" else "floor_ratio"] = statistics.median(
+                a["rps"] / b["rps"] for a, b in zip(runs[kind], runs["open"], strict=True)
+            )
+        # Worker CPU a decision adds beyond the floor's one round trip.
+        pair["beyond_floor_us"] = (
+            pair["limited_cpu_per_request"] - pair["floor_cpu_per_request"]
+        ) * 1e6
+        results["pairs"][name] = pair
     print_results(results, seconds)
     return results
 
@@ -216,21 +233,21 @@ def run(
 def print_results(results: dict[str, Any], seconds: int) -> None:
     rows = []
     for name, pair in results["pairs"].items():
-        for kind, path in zip(("limited", "open"), pair["paths"], strict=True):
+        for kind, path in zip(KINDS, pair["paths"], strict=True):
             runs = pair["runs"][kind]
             cpu = {
                 k: statistics.median(r[k] for r in runs) / seconds for k in runs[0] if "cpu" in k
             }
-            per_request = statistics.median(r["workers_cpu"] / (r["rps"] * seconds) for r in runs)
+            ratio = {"limited": pair["ratio"], "floor": pair["floor_ratio"]}.get(kind)
             rows.append(
                 [
                     name if kind == "limited" else "",
                     path,
                     f"{pair[f'{kind}_rps']:.0f}",
-                    f"{pair['ratio']:.3f}" if kind == "limited" else "",
+                    "" if ratio is None else f"{ratio:.3f}",
                     f"{cpu['wrk_cpu']:.0%}",
                     f"{cpu['workers_cpu']:.0%}",
-                    f"{per_request * 1e6:.0f}",
+                    f"{pair[f'{kind}_cpu_per_request'] * 1e6:.0f}",
                     f"{cpu['redis_cpu']:.0%}",
                 ]
             )
@@ -240,7 +257,7 @@ def print_results(results: dict[str, Any], seconds: int) -> None:
             "endpoint",
             "path",
             "req/s (median)",
-            "limited / open",
+            "x open",
             "wrk CPU",
             "workers CPU",
             "worker CPU µs/request",
@@ -248,7 +265,15 @@ def print_results(results: dict[str, Any], seconds: int) -> None:
         ],
         rows,
     )
-    print("\nCPU: share of one core over a run. Target: limited / open >= 0.85.")
+    print(
+        "\nCPU: share of one core over a run. /floor/ paths: the open view plus one PING on "
+        "the kept connection (one round trip, nothing else). Target: limited / open >= 0.85."
+    )
+    for name, pair in results["pairs"].items():
+        print(
+            f"{name}: limited {pair['ratio']:.3f} of open, the floor {pair['floor_ratio']:.3f}; "
+            f"worker CPU beyond the floor's round trip: {pair['beyond_floor_us']:.0f} µs/request"
+        )
 
 
 if __name__ == "__main__":
