@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
@@ -73,6 +75,36 @@ def test_decision_is_frozen():
     decision = get_policy("login").hit("ip:1")
     with pytest.raises(AttributeError):
         decision.allowed = False  # type: ignore[misc]
+
+
+def test_decision_is_built_as_its_dataclass_declares():
+    """Decision's own faster __init__ (core/decision.py) keeps the dataclass's contract."""
+    fields = [f.name for f in dataclasses.fields(Decision)]
+    assert fields == [
+        "allowed", "limit", "remaining", "retry_after", "reset_after", "policy",
+        "degraded", "window", "fallback", "shadow", "lease",
+    ]  # fmt: skip
+    positional = Decision(False, 5, 1, 2.5, 3.5, "p", True, 60, True, True)
+    assert [getattr(positional, name) for name in fields] == [
+        False, 5, 1, 2.5, 3.5, "p", True, 60, True, True, None,
+    ]  # fmt: skip
+    defaults = Decision(
+        allowed=True, limit=5, remaining=4, retry_after=0.0, reset_after=1.0, policy="p"
+    )
+    assert (defaults.degraded, defaults.window, defaults.fallback, defaults.shadow) == (
+        False, None, False, False,
+    )  # fmt: skip
+    assert defaults.lease is None
+    assert dataclasses.replace(defaults, shadow=True) == Decision(
+        True, 5, 4, 0.0, 1.0, "p", shadow=True
+    )
+    assert defaults != dataclasses.replace(defaults, remaining=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        defaults.remaining = 0  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Decision(True, 5, 4, 0.0, 1.0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Decision(True, 5, 4, 0.0, 1.0, "p", colour="red")  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize(
