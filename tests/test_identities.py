@@ -376,3 +376,36 @@ def test_field_names(spec):
     kind, _, name = spec.partition(":")
     req = rf.get("/", {name: "v"}) if kind == "get" else rf.post("/", {name: "v"})
     assert resolve_identity(spec)(req) == f"{spec}:v"
+
+
+def test_policies_of_one_key_share_its_function_so_a_request_is_identified_once(settings):
+    """engine.py identifies a request once per identity function among its policies."""
+    from django_rl import get_policy
+    from django_rl.core import engine
+
+    settings.DJANGO_RL = {
+        "POLICIES": {
+            "a": {"algorithm": "fixed_window", "rate": "5/m", "key": "ip"},
+            "b": {"algorithm": "token_bucket", "rate": "5/m", "capacity": 5, "key": "ip"},
+            "c": {"algorithm": "fixed_window", "rate": "5/m", "key": "user_or_ip"},
+            "off": {"algorithm": "fixed_window", "rate": None, "key": "ip"},
+        }
+    }
+    a, b, c, off = (get_policy(name) for name in ("a", "b", "c", "off"))
+    assert a.identify is b.identify is off.identify
+    assert c.identify is not a.identify
+    assert resolve_identity("ip", addresses=AddressSettings(num_proxies=1)) is not a.identify
+
+    calls: list[str] = []
+    for policy in (a, b, c, off):
+        function = policy.identify
+        policy.identify = lambda request, function=function: calls.append("x") or function(request)
+    shared = a.identify
+    b.identify = off.identify = shared
+    request = RequestFactory().get("/", REMOTE_ADDR="203.0.113.9")
+    request.user = AnonymousUser()
+    decisions = engine.hit_all(request, [a, b, c, off])
+    # a and b share one function, c has its own, and "off" (rate None) identifies nothing.
+    assert len(calls) == 2
+    assert [d.policy for d in decisions] == ["a", "b", "c"]
+    assert [d.remaining for d in decisions] == [4, 4, 4]

@@ -35,6 +35,7 @@ class LuaScript:
         self.name = name
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
+        self._sha_bulk = _encode_bulk(self.sha)
         LuaScript.instances.append(self)
 
     @classmethod
@@ -57,15 +58,69 @@ class LuaScript:
         except NoScriptError:
             return client.eval(self.source, len(keys), *keys, *args)
 
+    def run(self, client: Redis, keys: Sequence[str], args: Sequence[int | str | bytes]) -> Any:
+        """Run the script as :meth:`__call__` does; on a kept connection, encoded here.
+
+        Encoding the EVALSHA here and sending it on the kept connection's
+        short path skips redis-py's ``execute_command`` and its encoder (for a
+        script of several policies, dozens of arguments). NOSCRIPT goes
+        :meth:`__call__`'s way (EVAL).
+        """
+        direct = _direct_client(client)
+        if direct is not None:
+            encoded = b"".join(
+                [
+                    b"*%d\r\n" % (3 + len(keys) + len(args)),
+                    _EVALSHA,
+                    self._sha_bulk,
+                    _bulk(len(keys)),
+                    *map(_bulk, keys),
+                    *map(_bulk, args),
+                ]
+            )
+            reply = direct.send_encoded(encoded)
+            if not isinstance(reply, ResponseError):
+                return reply
+            if not isinstance(reply, NoScriptError):
+                raise reply
+        return self(client, keys, args)
+
     def queue(self, pipe: Pipeline, keys: Sequence[str], args: Sequence[Any]) -> None:
         """Queue the script on a pipeline; :func:`replies_with_scripts` handles NOSCRIPT."""
         pipe.evalsha(self.sha, len(keys), *keys, *args)
 
 
-def _bulk(value: int | str) -> bytes:
-    """Return ``value`` as a RESP bulk string (text as UTF-8, as redis-py encodes it)."""
-    data = value.encode() if isinstance(value, str) else str(value).encode()
+def _encode_bulk(value: int | str | bytes) -> bytes:
+    if isinstance(value, bytes):  # a reply passed back (refund.lua's): as it came
+        data = value
+    else:
+        data = value.encode() if isinstance(value, str) else str(value).encode()
     return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+#: The arguments nearly every call repeats (costs, counts, "1"/"0" flags, the
+#: empty time of the server's clock), encoded once.
+_COMMON: dict[int | str | bytes, bytes] = {
+    value: _encode_bulk(value) for value in ("", *range(101), *map(str, range(101)))
+}
+
+
+def _bulk(value: int | str | bytes) -> bytes:
+    """Return ``value`` as a RESP bulk string (text as UTF-8, as redis-py encodes it)."""
+    found = _COMMON.get(value)
+    return _encode_bulk(value) if found is None else found
+
+
+_EVALSHA = _encode_bulk("EVALSHA")
+
+
+def _direct_client(client: Redis) -> KeptConnectionClient | None:
+    """Return ``client`` if a command may be sent to it already encoded, else ``None``."""
+    from django_rl.backends.connections import KeptConnectionClient
+
+    if type(client) is KeptConnectionClient and client.direct_ready():
+        return client
+    return None
 
 
 class EncodedScript:
@@ -83,16 +138,15 @@ class EncodedScript:
         self.script = script
         self.fixed = tuple(fixed)
         count = 4 + len(self.fixed) + variable  # EVALSHA, the SHA, 1, the key, the rest
-        self.head = b"*%d\r\n" % count + _bulk("EVALSHA") + _bulk(script.sha) + _bulk(1)
+        self.head = b"*%d\r\n" % count + _EVALSHA + _encode_bulk(script.sha) + _bulk(1)
         self.middle = b"".join(_bulk(arg) for arg in self.fixed)
 
     def __call__(self, client: Redis, key: str, *variable: int | str) -> Any:
         """Run the script on ``client`` with ``key``, the fixed arguments, then ``variable``."""
-        from django_rl.backends.connections import KeptConnectionClient
-
-        if type(client) is KeptConnectionClient and client.direct_ready():
+        direct = _direct_client(client)
+        if direct is not None:
             encoded = self.head + _bulk(key) + self.middle + b"".join(map(_bulk, variable))
-            reply = client.send_encoded(encoded)
+            reply = direct.send_encoded(encoded)
             if not isinstance(reply, ResponseError):
                 return reply
             if not isinstance(reply, NoScriptError):

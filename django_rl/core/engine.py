@@ -96,8 +96,18 @@ def _hit_weighted(
         decision = policy.ask(one) if type(one) is Pending else one
         return [(0, policy.report_request(request, identity, decision))]  # type: ignore[arg-type]
     made: list[tuple[int, Policy, str, Pending | Decision]] = []
+    # Policies of the same key share its function (identities.py): the
+    # request is identified once per function, not once per policy.
+    known: dict[Any, str | None] = {}
     for index, (policy, cost) in enumerate(weighted):
-        prepared = policy.prepare_request(request, cost)
+        if policy.unlimited:
+            continue  # rate None: applies to no request, never identifies one
+        identify = policy.identify
+        if identify in known:
+            found = known[identify]
+        else:
+            found = known[identify] = identify(request)
+        prepared = policy.prepare_request(request, cost, identity=found)
         if prepared is not None:
             made.append((index, policy, *prepared))
     if not made:

@@ -367,12 +367,7 @@ def resolve_identity(
     if not isinstance(spec, str) or not spec:
         raise IdentitySpecError(f"key must be a non-empty string, not {short_repr(spec)}")
     if spec in ("ip", "user_or_ip", "anon"):
-        address = ClientAddress(addresses or AddressSettings(num_proxies))
-        if spec == "ip":
-            return address
-        if spec == "user_or_ip":
-            return functools.partial(_user_or_address, address)
-        return functools.partial(_anonymous_address, address)
+        return _address_identity(spec, addresses or AddressSettings(num_proxies))
     if spec == "user":
         return user_identity
     if spec.startswith("header:"):
@@ -401,6 +396,21 @@ def resolve_identity(
     if not callable(function):
         raise IdentitySpecError(f"key {short_repr(spec)} is not callable")
     return checked_identity(function, spec)
+
+
+@functools.lru_cache(maxsize=64)
+def _address_identity(spec: str, addresses: AddressSettings) -> IdentityFunction:
+    """Return the function of ``ip``, ``user_or_ip`` or ``anon`` under ``addresses``.
+
+    One per (spec, settings): policies of the same key share it, so a
+    request's policies decided together identify it once (``engine.py``).
+    """
+    address = ClientAddress(addresses)
+    if spec == "ip":
+        return address
+    if spec == "user_or_ip":
+        return functools.partial(_user_or_address, address)
+    return functools.partial(_anonymous_address, address)
 
 
 def checked_identity(function: Callable[[Any], object], name: str) -> IdentityFunction:

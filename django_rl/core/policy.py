@@ -47,6 +47,9 @@ DEGRADED_RETRY_AFTER = 1.0
 
 logger = logging.getLogger("django_rl")
 
+#: ``prepare_request``'s default: identify the request itself.
+_IDENTIFY = object()
+
 
 class Pending(NamedTuple):
     """A hit that only Redis can decide: what a policy needs to ask and to read the answer.
@@ -578,17 +581,24 @@ class Policy:
             return None
         return self.report_request(request, identity, decision)
 
-    def prepare_request(self, request: Any, cost: int = 1) -> tuple[str, Pending | Decision] | None:
+    def prepare_request(
+        self, request: Any, cost: int = 1, *, identity: str | object | None = _IDENTIFY
+    ) -> tuple[str, Pending | Decision] | None:
         """Return the identity and the hit Redis must decide (or its Decision); ``None``: no limit.
 
         :meth:`hit_request` up to the round trip (see :meth:`prepare`); give
         the Decision to :meth:`report_request`.
+
+        :param identity: what ``self.identify(request)`` returns, when the
+            caller knows it already (policies of one key decided together).
         """
         if self.unlimited:
             return None
-        identity = self.identify(request)
+        if identity is _IDENTIFY:
+            identity = self.identify(request)
         if identity is None:
             return None
+        assert isinstance(identity, str)  # an identity function's contract (checked_identity)
         made = self._hit_request(request, identity, cost, defer=True)
         return None if made is None else (identity, made)
 

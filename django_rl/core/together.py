@@ -179,7 +179,7 @@ def run_script(node: RedisNode, first_key: str, group: Sequence[Pending], count:
             veto = "0" if hit.policy.shadow else "1"
             argv += (algorithm.name, len(hit_keys), len(parameters), hit.cost, veto, *parameters)
         sent = time.monotonic()
-        reply = SCRIPT(node.client, keys, argv)
+        reply = SCRIPT.run(node.client, keys, argv)
         received = time.monotonic()
         outcomes = [
             hit.variant.algorithm.script_outcome(node, answer, sent, received)
@@ -203,7 +203,7 @@ def refund(node: RedisNode, first_key: str, call: _Call) -> list[Outcome]:
         argv += (hit.variant.algorithm.name, len(hit_keys), len(parameters), len(done), hit.cost)
         argv += (*parameters, *done)
     sent = time.monotonic()
-    replies = REFUND(node.client, keys, argv)
+    replies = REFUND.run(node.client, keys, argv)
     received = time.monotonic()
     outcomes = []
     for hit, reply in zip(call.group, replies, strict=True):
