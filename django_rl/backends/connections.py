@@ -90,14 +90,11 @@ class KeptConnectionClient(Redis):
             callbacks: Any = self.response_callbacks
             callback = callbacks.get(args[0])
             return reply if callback is None else callback(reply)
-        except (RedisConnectionError, RedisTimeoutError, TimeoutError):  # socket.timeout too
+        except _RETRIED_ERRORS:
             connection.disconnect()
             raise
         finally:
-            should_reconnect = getattr(connection, "should_reconnect", None)  # redis-py 6+
-            if should_reconnect is not None and should_reconnect():
-                connection.disconnect()
-                connection.connect()
+            _reconnect_if_told(connection)
 
     def direct_ready(self) -> bool:
         """Return whether a command may be sent encoded already (:meth:`send_encoded`)."""
@@ -130,14 +127,11 @@ class KeptConnectionClient(Redis):
         try:
             connection.send_packed_command([encoded])
             return _read_replies(connection, 1)[0]
-        except (RedisConnectionError, RedisTimeoutError, TimeoutError):  # socket.timeout too
+        except _RETRIED_ERRORS:
             connection.disconnect()
             raise
         finally:
-            should_reconnect = getattr(connection, "should_reconnect", None)  # redis-py 6+
-            if should_reconnect is not None and should_reconnect():
-                connection.disconnect()
-                connection.connect()
+            _reconnect_if_told(connection)
 
     def command_replies(self, commands: Sequence[Command]) -> list[Any]:
         """Send ``commands`` in one write (no ``MULTI``); return their replies, errors included.
@@ -257,6 +251,23 @@ class KeptConnectionClient(Redis):
             if isinstance(reply, ResponseError):
                 raise reply
         return replies
+
+
+#: Errors redis-py's retry would handle (no answer, a timeout; socket.timeout
+#: too): on the short path, as in redis-py, the connection is closed first.
+_RETRIED_ERRORS = (RedisConnectionError, RedisTimeoutError, TimeoutError)
+
+
+def _reconnect_if_told(connection: Any) -> None:
+    """Reconnect a connection a server's maintenance notice told to (redis-py 6+), as redis-py does.
+
+    Called after every command of the short path (a ``finally``: a context
+    manager would cost a decision 0.7 µs).
+    """
+    should_reconnect = getattr(connection, "should_reconnect", None)
+    if should_reconnect is not None and should_reconnect():
+        connection.disconnect()
+        connection.connect()
 
 
 #: Commands without arguments, packed once (RESP, as every redis-py packer writes them).
