@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import time
 from dataclasses import replace
 
@@ -174,6 +176,36 @@ def test_an_outage_during_a_flush_loses_nothing_and_raises_nothing(settings):
     assert totals(answer, "shadowed") == {"allowed": 3, "denied": 0, "shadow_denied": 2}
     # The degraded one is counted as what the client met (fail_open: allowed).
     assert totals(answer, "enforced") == {"allowed": 6, "denied": 3, "shadow_denied": 0}
+
+
+def test_writes_a_live_server_refuses_are_kept_and_warned_of_once(settings, private_redis, caplog):
+    """An ACL user without HINCRBY: the charts would stay empty; one WARNING says why."""
+    from django_rl.checks.acl import acl_rule
+
+    caplog.set_level(logging.INFO, logger="django_rl")
+    admin = private_redis.client()
+    try:
+        # The least-privilege rule, less the history's counting command.
+        rule = [part for part in acl_rule("rl").split() if part != "+hincrby"]
+        admin.execute_command("ACL", "SETUSER", "limiter", *rule, ">secret")
+    finally:
+        admin.close()
+    url = f"redis://limiter:secret@127.0.0.1:{private_redis.port}/0?client_name=rl_history_acl"
+    settings.CACHES = caches_for(url)
+    history.REFUSALS.reset()
+    RECORDER.discard()
+    known_traffic()
+    assert history.flush() is False
+    assert history.flush() is False
+    assert RECORDER.pending() == 13  # kept for the next flush: nothing lost
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert re.fullmatch(
+        r"Rate-limit history: Redis refused HINCRBY \(.*no permissions.*'hincrby'.*\); "
+        r"the admin's charts miss these counts .*acl\.acl_rule\(KEY_PREFIX\).*",
+        warnings[0],
+    ), warnings[0]
+    RECORDER.discard()
 
 
 def test_a_policy_quiet_for_the_hour_leaves_the_listing(redis_client):

@@ -321,10 +321,63 @@ def write(counts: Counts, denied: Denied) -> set[tuple[str, int, str]]:
             logger.debug("Rate-limit history: %s could not be written: %s", node, exc)
             failed.update(count for _, count in commands if count is not None)
             continue
-        for (_, count), reply in zip(commands, replies, strict=True):
-            if count is not None and isinstance(reply, Exception):
-                failed.add(count)
+        for (command, count), reply in zip(commands, replies, strict=True):
+            if isinstance(reply, Exception):
+                REFUSALS.warn(str(command[0]), reply)
+                if count is not None:
+                    failed.add(count)
     return failed
+
+
+#: What to do about a write Redis refused, by kind of error reply.
+_REFUSAL_HINTS = {
+    "noperm": (
+        "The connection's ACL user lacks a command the history needs: give it the rule "
+        "of django_rl.checks.acl.acl_rule(KEY_PREFIX) (docs/security.md)."
+    ),
+    "oom": "Redis is out of memory (maxmemory) with a noeviction policy.",
+}
+
+
+class Refusals:
+    """Warns, at most once per :attr:`interval` seconds per kind of error, of writes refused.
+
+    A live server that refuses the history's writes (an ACL user without
+    ``HINCRBY``, memory full) leaves the admin's charts empty; the decisions
+    themselves are not affected, so nothing else would say so. Connection
+    failures are not refusals: the decisions' own outage log covers them.
+    """
+
+    def __init__(self, interval: float = 600.0) -> None:
+        self.interval = interval
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def warn(self, command: str, exc: Exception) -> None:
+        from django_rl.backends.errors import brief, reply_kind
+
+        kind = reply_kind(exc) or type(exc).__name__
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(kind)
+            if last is not None and now - last < self.interval:
+                return
+            self._last[kind] = now
+        logger.warning(
+            "Rate-limit history: Redis refused %s (%s); the admin's charts miss these "
+            "counts while it does (they are retried for an hour, then dropped). %s",
+            command,
+            brief(exc),
+            _REFUSAL_HINTS.get(kind, ""),
+        )
+
+    def reset(self) -> None:
+        """Forget the warnings given (for tests)."""
+        with self._lock:
+            self._last.clear()
+
+
+REFUSALS = Refusals()
 
 
 def _by_count(item: tuple[str, int]) -> int:
