@@ -11,6 +11,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from django_rl.backends import resp
+
 #: A command as a redis-py pipeline stages it: its arguments and its options.
 Command = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -221,8 +223,7 @@ class KeptConnectionClient(Redis):
         # and ASKING are packed once per process; only the commands are here.
         asking = self.asking
         parts = [_ASKING, _MULTI] if asking else [_MULTI]
-        for command in commands:
-            parts += connection.pack_command(*command)
+        parts += _encode_all(connection, commands, here=self.direct_ready())
         parts.append(_EXEC)
         # No lock: a kept-connection client belongs to one thread.
         try:
@@ -268,6 +269,23 @@ def _reconnect_if_told(connection: Any) -> None:
     if should_reconnect is not None and should_reconnect():
         connection.disconnect()
         connection.connect()
+
+
+def _encode_all(connection: Any, commands: Sequence[Sequence[Any]], *, here: bool) -> list[bytes]:
+    """Return ``commands`` in RESP: encoded here (``resp.py``) if ``here``, else by redis-py.
+
+    redis-py's packer costs more than the rest of a transaction's client
+    side; it still takes arguments of other types than str, int and bytes.
+    """
+    if here:
+        try:
+            return [resp.command(command) for command in commands]
+        except TypeError:
+            pass
+    parts: list[bytes] = []
+    for command in commands:
+        parts += connection.pack_command(*command)
+    return parts
 
 
 #: Commands without arguments, packed once (RESP, as every redis-py packer writes them).
@@ -333,12 +351,16 @@ class _Reply:
 def _direct_possible(connection: Any) -> bool:
     """Return whether commands on ``connection`` may skip redis-py's ``execute_command``.
 
-    Only where it would do nothing more: a connection that never retries
+    Only where it would do nothing more: a connection that encodes text as
+    UTF-8 (redis-py's default; the short path encodes it so, ``resp.py``), never retries
     (django-redis' default; decisions must not be sent twice by redis-py),
     and redis-py's OpenTelemetry metrics off (redis-py 7 looks them up on
     every command; a client made after they are turned on goes redis-py's
     way, so it records django_rl's commands too).
     """
+    encoding = getattr(getattr(connection, "encoder", None), "encoding", "utf-8")
+    if str(encoding).lower().replace("_", "-") not in ("utf-8", "utf8"):
+        return False  # resp.py encodes text as UTF-8, as redis-py does by default
     retry = getattr(connection, "retry", None)
     get_retries = getattr(retry, "get_retries", None)  # redis-py 5.0 has only _retries
     retries = get_retries() if get_retries is not None else getattr(retry, "_retries", None)

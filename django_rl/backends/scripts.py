@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from redis.exceptions import NoScriptError, ResponseError
 
+from django_rl.backends.resp import Argument, bulk
+
 if TYPE_CHECKING:
     from redis import Redis
     from redis.client import Pipeline
@@ -35,7 +37,7 @@ class LuaScript:
         self.name = name
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
-        self._sha_bulk = _encode_bulk(self.sha)
+        self._sha_bulk = bulk(self.sha)
         LuaScript.instances.append(self)
 
     @classmethod
@@ -58,7 +60,7 @@ class LuaScript:
         except NoScriptError:
             return client.eval(self.source, len(keys), *keys, *args)
 
-    def run(self, client: Redis, keys: Sequence[str], args: Sequence[int | str | bytes]) -> Any:
+    def run(self, client: Redis, keys: Sequence[str], args: Sequence[Argument]) -> Any:
         """Run the script as :meth:`__call__` does; on a kept connection, encoded here.
 
         Encoding the EVALSHA here and sending it on the kept connection's
@@ -73,11 +75,11 @@ class LuaScript:
                     b"*%d\r\n" % (3 + len(keys) + len(args)),
                     _EVALSHA,
                     self._sha_bulk,
-                    _bulk(len(keys)),
-                    *map(_bulk, keys),
-                    *map(_bulk, args),
+                    bulk(len(keys)),
+                    *map(bulk, keys),
+                    *map(bulk, args),
                 ]
-            )
+            )  # (a TypeError for an argument of another type: a bug here, not Redis's)
             reply = direct.send_encoded(encoded)
             if not isinstance(reply, ResponseError):
                 return reply
@@ -90,28 +92,7 @@ class LuaScript:
         pipe.evalsha(self.sha, len(keys), *keys, *args)
 
 
-def _encode_bulk(value: int | str | bytes) -> bytes:
-    if isinstance(value, bytes):  # a reply passed back (refund.lua's): as it came
-        data = value
-    else:
-        data = value.encode() if isinstance(value, str) else str(value).encode()
-    return b"$%d\r\n%b\r\n" % (len(data), data)
-
-
-#: The arguments nearly every call repeats (costs, counts, "1"/"0" flags, the
-#: empty time of the server's clock), encoded once.
-_COMMON: dict[int | str | bytes, bytes] = {
-    value: _encode_bulk(value) for value in ("", *range(101), *map(str, range(101)))
-}
-
-
-def _bulk(value: int | str | bytes) -> bytes:
-    """Return ``value`` as a RESP bulk string (text as UTF-8, as redis-py encodes it)."""
-    found = _COMMON.get(value)
-    return _encode_bulk(value) if found is None else found
-
-
-_EVALSHA = _encode_bulk("EVALSHA")
+_EVALSHA = bulk("EVALSHA")
 
 
 def _direct_client(client: Redis) -> KeptConnectionClient | None:
@@ -138,14 +119,14 @@ class EncodedScript:
         self.script = script
         self.fixed = tuple(fixed)
         count = 4 + len(self.fixed) + variable  # EVALSHA, the SHA, 1, the key, the rest
-        self.head = b"*%d\r\n" % count + _EVALSHA + _encode_bulk(script.sha) + _bulk(1)
-        self.middle = b"".join(_bulk(arg) for arg in self.fixed)
+        self.head = b"*%d\r\n" % count + _EVALSHA + bulk(script.sha) + bulk(1)
+        self.middle = b"".join(bulk(arg) for arg in self.fixed)
 
     def __call__(self, client: Redis, key: str, *variable: int | str) -> Any:
         """Run the script on ``client`` with ``key``, the fixed arguments, then ``variable``."""
         direct = _direct_client(client)
         if direct is not None:
-            encoded = self.head + _bulk(key) + self.middle + b"".join(map(_bulk, variable))
+            encoded = self.head + bulk(key) + self.middle + b"".join(map(bulk, variable))
             reply = direct.send_encoded(encoded)
             if not isinstance(reply, ResponseError):
                 return reply

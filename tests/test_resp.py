@@ -1,0 +1,38 @@
+"""django_rl's own RESP encoding (backends/resp.py) is byte for byte redis-py's."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from redis.connection import Connection
+
+from django_rl.backends import resp
+
+REDIS_PY = Connection()  # never connected: only its packer is used
+
+arguments = st.one_of(
+    st.text(max_size=40),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.binary(max_size=40),
+)
+
+
+def redis_py(*args: object) -> bytes:
+    return b"".join(REDIS_PY.pack_command(*args))
+
+
+@given(st.lists(arguments, min_size=1, max_size=12))
+def test_commands_are_encoded_as_redis_py_encodes_them(args):
+    assert resp.command(["EVALSHA", *args]) == redis_py("EVALSHA", *args)
+
+
+@pytest.mark.parametrize("value", ["", "1", "0", 0, 1, 100, 101, -1, "NX", "é", b"\x00\xff"])
+def test_common_and_other_values(value):
+    assert resp.command(["GET", value]) == redis_py("GET", value)
+
+
+@pytest.mark.parametrize("value", [True, False, 1.5, None, object()])
+def test_other_types_are_refused(value):
+    with pytest.raises(TypeError):
+        resp.bulk(value)
