@@ -43,7 +43,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: (the unlimited twin plus one PING on the kept connection: bench/e2e_urls.py).
 PAIRS = {
     "DRF endpoint (PolicyThrottle, fixed_window)": (
-        "/api/items/", "/open/api/items/", "/floor/api/items/",
+        "/api/items/",
+        "/open/api/items/",
+        "/floor/api/items/",
     ),
     "plain view (@ratelimit, token_bucket)": ("/burst/", "/open/burst/", "/floor/burst/"),
 }
