@@ -427,6 +427,65 @@ def test_request_throttling_expires(redis_client):
     assert statuses(views.SecondsView, 1) == [200]
 
 
+# -- a replaced timer: the time DRF's tests (and many projects') move by hand ------
+
+
+class Clock:
+    """A clock a test moves by hand, in seconds since the epoch (DRF's ``timer``)."""
+
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def __call__(self, *args: object) -> float:  # as a method (self) or a plain callable
+        return self.now
+
+
+def test_a_replaced_timer_moves_the_window_without_waiting(monkeypatch, redis_client):
+    clock = Clock(1_900_000_000.0)  # far from the server's clock: only the timer decides
+    monkeypatch.setattr(views.User3SecRateThrottle, "timer", clock)
+    assert statuses(views.SecondsView, 4, ip="198.51.100.40") == [200, 200, 200, 429]
+    throttle = views.User3SecRateThrottle()
+    request = Request(FACTORY.get("/", REMOTE_ADDR="198.51.100.40"))
+    request.user = None
+    assert throttle.allow_request(request, None) is False
+    assert throttle.wait() == 1.0  # the whole second: the three hits are at the timer's now
+    assert throttle.now == clock.now  # as DRF sets it
+    clock.now += 0.25
+    assert throttle.allow_request(request, None) is False
+    assert throttle.wait() == 0.75
+    # Not the deny cache's answer: it keeps this process's time, not the timer's.
+    clock.now += 0.75
+    assert statuses(views.SecondsView, 4, ip="198.51.100.40") == [200, 200, 200, 429]
+    (key,) = redis_client.scan_iter("rl:drf.seconds:*198.51.100.40*")
+    assert 0 < redis_client.pttl(key) <= 1000  # the TTL is the window's, whatever the time
+
+
+def test_a_timer_set_as_drfs_tests_set_it(monkeypatch):
+    """``cls.timer = lambda self: value`` on each class of a view (DRF's own tests' helper)."""
+    for cls in views.DoubleView.throttle_classes:
+        monkeypatch.setattr(cls, "timer", lambda self: 1_900_000_100.0)
+    assert statuses(views.DoubleView, 4, ip="198.51.100.41") == [200, 200, 200, 429]
+    for cls in views.DoubleView.throttle_classes:
+        monkeypatch.setattr(cls, "timer", lambda self: 1_900_000_101.0)
+    # 3/sec has room again. DRF asks every throttle, and each counts what it
+    # allowed: 6/min allowed all 4 of the first second, so 2 more fit.
+    assert statuses(views.DoubleView, 4, ip="198.51.100.41") == [200, 200, 429, 429]
+    for cls in views.DoubleView.throttle_classes:
+        monkeypatch.setattr(cls, "timer", lambda self: 1_900_000_102.0)
+    assert statuses(views.DoubleView, 1, ip="198.51.100.41") == [429]  # the minute is full
+
+
+def test_a_throttle_with_the_default_timer_keeps_the_server_clock(monkeypatch, redis_client):
+    monkeypatch.setattr(views.User3SecRateThrottle, "timer", Clock(1_900_000_200.0))
+    assert statuses(views.SecondsView, 1, ip="198.51.100.42") == [200]
+    monkeypatch.undo()
+    before = server_ms(redis_client)
+    assert statuses(views.SecondsView, 4, ip="198.51.100.43") == [200, 200, 200, 429]
+    (key,) = redis_client.scan_iter("rl:drf.seconds:*198.51.100.43*")
+    ((_, score),) = redis_client.zrange(key, -1, -1, withscores=True)
+    assert before <= score <= server_ms(redis_client)  # the server's time, not the timer's
+
+
 # -- outages, reset, admin -------------------------------------------------------
 
 

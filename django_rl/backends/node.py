@@ -24,6 +24,7 @@ from django_rl.backends.errors import (
     reply_kind,
     unlocated,
 )
+from django_rl.backends.given_time import given_ms
 from django_rl.backends.health import Health
 from django_rl.backends.scripts import replies_with_scripts
 from django_rl.conf import get_settings
@@ -223,7 +224,11 @@ class RedisNode:
 
     def script_time(self) -> str:
         """Return the time argument of the Lua scripts: ``""`` (the script reads
-        ``TIME``), or this host's time in ms with ``CLOCK: "app"``."""
+        ``TIME``), this host's time in ms with ``CLOCK: "app"``, or the time a
+        caller gave (``backends/given_time.py``: the DRF drop-in's replaced ``timer``)."""
+        given = given_ms()
+        if given is not None:
+            return str(given)
         return str(time.time_ns() // 1_000_000) if self.app_clock else ""
 
     def _read_server_time(self) -> tuple[int, int]:

@@ -29,6 +29,7 @@ from django.core.exceptions import ImproperlyConfigured
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
+from django_rl.backends.given_time import decisions_at
 from django_rl.contrib.drf_policies import policy_for
 from django_rl.core.decision import Decision
 from django_rl.core.engine import settle
@@ -100,9 +101,12 @@ class SimpleRateThrottle(BaseThrottle):
     ``key`` the cache key; :meth:`wait` answers from them.
     """
 
-    #: DRF's; kept for code that reads them. Decisions use neither: state
-    #: lives in Redis through django_rl, time comes from the Redis server.
+    #: DRF's; kept for code that reads it. Decisions do not use it: state
+    #: lives in Redis through django_rl.
     cache: ClassVar[Any] = default_cache
+    #: DRF's clock. Left as ``time.time``, decisions take the Redis server's
+    #: time; replaced (a test moving time on, as DRF's tests do), the time it
+    #: gives, in seconds since the epoch (``now`` is then set, as in DRF).
     timer: ClassVar[Callable[[], float]] = time.time
     cache_format: ClassVar[str] = "throttle_%(scope)s_%(ident)s"
     scope: str | None = None
@@ -180,7 +184,15 @@ class SimpleRateThrottle(BaseThrottle):
         if num_requests is None or duration is None:  # set by hand to None: DRF would fail
             return True
         policy = policy_for(self.scope, num_requests, duration)
-        decision = policy.hit(str(self.key))
+        timer: Callable[[], float] = self.timer  # type: ignore[misc]  # an instance's, bound or not
+        if timer is time.time:
+            decision = policy.hit(str(self.key))
+        else:
+            # ``timer`` replaced (as DRF's own tests and many projects' do to
+            # move time on): decided at the time it gives (backends/given_time.py).
+            self.now = timer()
+            with decisions_at(int(self.now * 1000)):
+                decision = policy.hit(str(self.key))
         self.decision = decision
         if not decision.allowed:
             # The rate_limited signal and the denial log, as for the front doors.

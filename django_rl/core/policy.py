@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 from django_rl.algorithms import Algorithm, Outcome, ParameterError, StaticAlgorithm, Unlimited
 from django_rl.algorithms.concurrency import Held
 from django_rl.backends import Backend, RedisNode
+from django_rl.backends.given_time import given_ms
 from django_rl.core import reset_epoch
 from django_rl.core.decision import Decision
 from django_rl.core.deny_cache import DenyCache
@@ -372,7 +373,8 @@ class Policy:
         """Return the hit Redis must decide, or the deny cache's Decision for it."""
         key = variant.key_head + safe_identity(identity) + variant.key_tail
         denials = self.denials
-        if denials is None:
+        if denials is None or given_ms() is not None:
+            # (A given time: the deny cache keeps this process's time, not that one.)
             return Pending(self, variant, identity, key, cost, 0.0)
         known = denials.lookup(key, cost)
         if known is not None:
@@ -411,6 +413,7 @@ class Policy:
         if (
             self.denials is not None
             and not allowed
+            and pending.asked_at  # 0.0: not asked of the deny cache (a given time)
             and getattr(variant.algorithm, "cache_denials", True)
         ):
             any_cost = variant.algorithm.denial_holds_for_any_cost
