@@ -11,10 +11,12 @@ from __future__ import annotations
 import io
 import math
 import re
+import time
 from functools import partial
 
 import pytest
-from django.core.cache import InvalidCacheBackendError
+from django.core.cache import InvalidCacheBackendError, caches
+from django.core.cache.backends.locmem import LocMemCache
 from django.core.exceptions import ImproperlyConfigured
 from django.test import RequestFactory
 from django.utils.decorators import method_decorator
@@ -737,6 +739,121 @@ def test_an_unknown_cache(settings):
 
     with pytest.raises(InvalidCacheBackendError):
         view(rf.post("/"))
+
+
+# --- RATELIMIT_USE_CACHE naming a cache that is not django-redis ---------------
+
+LOCMEM = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "rl-tests"}
+DUMMY = {"BACKEND": "django.core.cache.backends.dummy.DummyCache"}
+
+
+class BrokenCache(LocMemCache):
+    """A cache whose every call fails, as an unreachable memcached's does."""
+
+    def add(self, *args, **kwargs):
+        raise ConnectionRefusedError("the cache is down")
+
+    get = incr = add
+
+
+def _host_window_to_spare(period_s: int, min_left_s: float = 2.0) -> None:
+    """Wait, if need be, so that no test's calls straddle a window's end on this host's clock."""
+    left = period_s - time.time() % period_s
+    if left < min_left_s:
+        time.sleep(left + 0.01)
+
+
+@pytest.fixture
+def locmem_cache(settings):
+    settings.CACHES = {**settings.CACHES, "local": LOCMEM}
+    settings.RATELIMIT_USE_CACHE = "local"
+    caches["local"].clear()
+    _host_window_to_spare(60)
+    yield caches["local"]
+    caches["local"].clear()
+
+
+def test_a_locmem_cache_counts_there_as_the_original(locmem_cache, redis_client):
+    hit = partial(get_usage, group="local", key="ip", rate="2/m", increment=True)
+    counts = [hit(rf.get("/")) for _ in range(4)]
+    assert [(u["count"], u["limit"], u["should_limit"]) for u in counts] == [
+        (1, 2, False),
+        (2, 2, False),
+        (3, 2, True),  # every call counted, denied ones too, as the original counts
+        (4, 2, True),
+    ]
+    look = get_usage(rf.get("/"), group="local", key="ip", rate="2/m")
+    assert (look["count"], look["should_limit"]) == (4, True)  # a read counts nothing
+    assert hit(rf.get("/", REMOTE_ADDR="192.0.2.9"))["count"] == 1  # another key, its own count
+    assert redis_client.dbsize() == 0  # nothing in Redis
+    assert len(locmem_cache._cache) == 2  # one count per key and window
+
+    @ratelimit(key="ip", rate="1/m", block=False)
+    def view(request):
+        return request.limited
+
+    assert [view(rf.post("/")), view(rf.post("/"))] == [False, True]
+
+
+def test_a_locmem_count_ends_with_its_window_on_this_hosts_clock(locmem_cache):
+    _host_window_to_spare(2, min_left_s=1.5)
+    before = math.ceil(2 - time.time() % 2)
+    usage = get_usage(rf.get("/"), group="short", key="ip", rate="1/2s", increment=True)
+    after = math.ceil(2 - time.time() % 2)
+    assert after <= usage["time_left"] <= before
+    assert get_usage(rf.get("/"), group="short", key="ip", rate="1/2s", increment=True)[
+        "should_limit"
+    ]
+    time.sleep(2 - time.time() % 2 + 0.05)  # the next window
+    usage = get_usage(rf.get("/"), group="short", key="ip", rate="1/2s", increment=True)
+    assert (usage["count"], usage["should_limit"]) == (1, False)
+
+
+def test_a_dummy_cache_counts_each_call_as_the_first(settings, redis_client):
+    """The original's test settings' "instant expiration": a DummyCache keeps nothing."""
+    settings.CACHES = {**settings.CACHES, "instant-expiration": DUMMY}
+    settings.RATELIMIT_USE_CACHE = "instant-expiration"
+
+    @ratelimit(key="ip", rate="1/m")
+    def view(request):
+        return True
+
+    assert view(rf.get("/")) and view(rf.get("/"))
+    usage = get_usage(rf.get("/"), group="d", key="ip", rate="1/m", increment=True)
+    assert (usage["count"], usage["should_limit"]) == (1, False)
+    assert get_usage(rf.get("/"), group="d", key="ip", rate="1/m")["count"] == 0
+    assert is_ratelimited(rf.get("/"), group="d", key="ip", rate="0/m", increment=True)
+    assert redis_client.dbsize() == 0
+
+
+def test_a_failing_cache_follows_ratelimit_fail_open(settings):
+    settings.CACHES = {
+        **settings.CACHES,
+        "broken": {"BACKEND": "tests.test_contrib_ratelimit.BrokenCache"},
+    }
+    settings.RATELIMIT_USE_CACHE = "broken"
+    hit = partial(get_usage, group="b", key="ip", rate="10/m", increment=True)
+    assert hit(rf.get("/")) == {"count": 0, "limit": 0, "should_limit": True, "time_left": -1}
+    look = get_usage(rf.get("/"), group="b", key="ip", rate="10/m")
+    assert (look["count"], look["limit"], look["should_limit"]) == (0, 10, False)
+    settings.RATELIMIT_FAIL_OPEN = True
+    assert hit(rf.get("/")) is None
+    assert not is_ratelimited(rf.get("/"), group="b", key="ip", rate="1/m", increment=True)
+
+
+def test_the_checks_say_where_the_counts_live(settings):
+    from django_rl.contrib.ratelimit_checks import check_ratelimit_cache
+
+    assert check_ratelimit_cache() == []  # the suite's default: django-redis
+    settings.CACHES = {**settings.CACHES, "local": LOCMEM}
+    settings.RATELIMIT_USE_CACHE = "local"
+    (warning,) = check_ratelimit_cache()
+    assert warning.id == "django_rl.W091"
+    assert "CACHES['local']" in warning.msg and "LocMemCache" in warning.msg
+    settings.RATELIMIT_USE_CACHE = "fake-cache"
+    (error,) = check_ratelimit_cache()
+    assert error.id == "django_rl.E091"
+    assert "'fake-cache'" in error.msg
 
 
 def test_redis_down_denies_by_default(private_redis):

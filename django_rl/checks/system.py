@@ -29,6 +29,7 @@ django_rl.E080  IP_META_KEY is not None, a request.META key or a usable function
 django_rl.E081  IPV4_PREFIX is not a whole number from 1 to 32
 django_rl.E082  IPV6_PREFIX is not a whole number from 1 to 128
 django_rl.E090  a rate of the DRF drop-in does not parse (contrib/drf_checks.py)
+django_rl.E091  RATELIMIT_USE_CACHE names no cache (contrib/ratelimit_checks.py)
 =============== ==========================================================
 
 ``django_rl.W020`` warns about a ``sliding_log`` whose log can take more
@@ -67,7 +68,10 @@ from django_rl.checks.validation import (
     settings_problems,
 )
 from django_rl.conf import DEFAULTS, raw_settings
-from django_rl.contrib import drf_checks  # noqa: F401  (registers the DRF drop-in's check)
+from django_rl.contrib import (
+    drf_checks,  # noqa: F401  (registers the DRF drop-in's check)
+    ratelimit_checks,  # noqa: F401  (the django-ratelimit drop-in's)
+)
 from django_rl.core.inline import url_specs
 from django_rl.core.plans import is_rate_function
 from django_rl.core.policies import registered_policies

@@ -167,7 +167,7 @@ def get_usage(
 
 def _record(group: str, method: object, allowed: bool, identity: str) -> None:
     """Count a call that counted in the history the admin charts (no I/O: in memory)."""
-    record_result(store.policy_for(group, _methods_text(method)).name, allowed, identity)
+    record_result(store.name_of(group), allowed, identity)
 
 
 def is_ratelimited(

@@ -45,6 +45,7 @@ from django_rl.algorithms.base import read_now
 from django_rl.algorithms.fixed_window import FixedWindow
 from django_rl.backends import RedisNode, get_backend
 from django_rl.conf import get_settings
+from django_rl.contrib.ratelimit import django_cache
 from django_rl.contrib.ratelimit.conf import get_ratelimit_settings
 from django_rl.contrib.ratelimit.discovery import url_groups
 from django_rl.core.inline import policy_name
@@ -163,6 +164,9 @@ def count(group: str, methods: str, rate: Rate, value: str, increment: bool) -> 
     as to any policy: an exemption or a block is answered without Redis, a
     rate override counts at its rate.
     """
+    alias = get_ratelimit_settings().use_cache
+    if not django_cache.is_django_redis(alias):
+        return _count_in_django_cache(alias, group, methods, rate, value, increment)
     policy = policy_for(group, methods)
     variant = _variant(policy, rate)
     rules = rules_for(policy.name)
@@ -185,6 +189,33 @@ def count(group: str, methods: str, rate: Rate, value: str, increment: bool) -> 
     return Usage(used, math.ceil(left_ms / 1000), rate.limit)
 
 
+def _count_in_django_cache(
+    alias: str, group: str, methods: str, rate: Rate, value: str, increment: bool
+) -> Usage | None:
+    """Count in a cache that is not django-redis, the original's way (``django_cache.py``).
+
+    The admin's exemptions and blocks of ``value`` apply, as on Redis; its
+    rate overrides do not (they change a Redis-backed policy's rate), and
+    the admin's live counters cannot read such a cache.
+    """
+    rules = rules_for(name_of(group))
+    if rules is not None and (rule := rules.match(value)) is not None:
+        if rule.action == EXEMPT:
+            return Usage(0, 0, rate.limit, EXEMPT)
+        if rule.action == BLOCK:
+            return Usage(0, math.ceil(rule.retry_after(time.time())), rate.limit, BLOCK)
+    counted = django_cache.count(alias, group, methods, rate, value, increment)
+    if counted is None:
+        return None
+    used, left = counted
+    return Usage(used, left, rate.limit)
+
+
+def name_of(group: str) -> str:
+    """Return the policy name of ``group``'s counts (the history's and the overrides')."""
+    return policy_name(group)
+
+
 def _override(policy: Policy, text: str, variant: Variant, rate: Rate) -> tuple[Variant, Rate]:
     """Return the variant and rate of a rate override; the call's own if it cannot apply."""
     try:
@@ -200,9 +231,13 @@ def known_policies() -> list[Policy]:
     """Return the drop-in's policies, for the admin and ``manage.py ratelimit`` (``DROPINS``).
 
     Those of the URLconf's views (``discovery.py``) and those this process
-    used (``get_usage`` called from anywhere); never raises.
+    used (``get_usage`` called from anywhere); none of the views' while
+    ``RATELIMIT_USE_CACHE`` is not a django-redis cache (their counts are in
+    that cache: ``django_cache.py``); never raises.
     """
     try:
+        if not django_cache.is_django_redis(get_ratelimit_settings().use_cache):
+            return list(_policies.values())
         for group, methods in url_groups():
             policy_for(group, methods)
     except Exception:  # a bad RATELIMIT_USE_CACHE: only the policies already used
