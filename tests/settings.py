@@ -3,6 +3,9 @@ by ``conftest.py`` once it has started."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 USE_TZ = True
@@ -48,7 +51,20 @@ STATIC_URL = "/static/"
 # Test users log in many times; a slow hasher would cost seconds.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": ":memory:",
+        # The test database is a file, not memory: the browser tests' live
+        # server answers the page's concurrent polls in threads of their own,
+        # and Django would have them all share the test thread's one
+        # in-memory connection, which SQLite does not allow ("bad parameter
+        # or other API misuse"). With a file, each thread connects alone.
+        "TEST": {
+            "NAME": os.path.join(tempfile.gettempdir(), f"django_rl_tests_{os.getpid()}.sqlite3")
+        },
+    }
+}
 
 # Replaced by conftest.py with the URL of the suite's own redis-server.
 CACHES = {

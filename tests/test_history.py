@@ -356,3 +356,17 @@ def test_the_drf_drop_in_shows_in_the_charts(admin_client, settings, redis_clien
     assert totals(answer, "drf.anon") == {"allowed": 3, "denied": 2, "shadow_denied": 0}
     [(identity, denials)] = answer["policies"]["drf.anon"]["top"]
     assert denials == 2 and "192.0.2.45" in identity
+
+
+def test_an_exiting_process_stops_the_history_thread_before_its_last_flush(redis_client):
+    """A daemon thread still logging as the interpreter finalizes can abort the process."""
+    from django_rl.observability.history import Recorder
+
+    recorder = Recorder()
+    recorder.start()
+    assert recorder.running
+    recorder.count("login", "a", "ip:192.0.2.1")
+    assert recorder.pending() == 1
+    recorder.at_exit()  # what atexit calls
+    assert not recorder.running
+    assert recorder.pending() == 0  # the last counts written, by the exiting thread itself

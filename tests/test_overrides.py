@@ -402,3 +402,16 @@ def test_a_saved_or_deleted_override_writes_a_new_marker_once_committed(
     # Not a policy's key, and with a TTL of a day.
     assert 86_000_000 < redis_client.pttl(key) <= 86_400_000
     assert redis_client.keys("*") == [key.encode()]
+
+
+def test_an_exiting_process_stops_the_loader_thread_first():
+    """A daemon thread still logging as the interpreter finalizes can abort the process."""
+    from django_rl.overrides.loader import Loader
+
+    loader = Loader()
+    loader.start()
+    assert loader.running
+    started = time.monotonic()
+    loader.stop_at_exit()  # what atexit calls
+    assert not loader.running
+    assert time.monotonic() - started < 1.5  # its wait is bounded (EXIT_WAIT, 1 s)

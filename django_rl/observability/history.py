@@ -257,7 +257,17 @@ class Recorder:
             self._denied.clear()
 
     def at_exit(self) -> None:
-        """Write what is left as the process exits (not where the thread never would)."""
+        """Stop the thread, then write what is left as the process exits.
+
+        The thread is stopped first (waiting at most :data:`EXIT_WAIT` for a
+        flush under way): a daemon thread still writing to a stream (a
+        warning) when the interpreter finalizes can abort the process
+        (Python's ``_enter_buffered_busy`` fatal error).
+        """
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=EXIT_WAIT)
         if self.autostart:
             self.flush()
 
@@ -412,6 +422,9 @@ def _reread(*, setting: str, **kwargs: object) -> None:
     if setting == "DJANGO_RL":
         _enabled = None
 
+
+#: Seconds an exiting process waits for the thread's flush under way.
+EXIT_WAIT = 1.0
 
 RECORDER = Recorder()
 os.register_at_fork(after_in_child=RECORDER.after_fork)

@@ -28,6 +28,7 @@ polling Redis meanwhile. Decisions go on as usual.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -85,6 +86,7 @@ class Loader:
     def _reset_thread_state(self) -> None:
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._stopping = False
         self._asked = False
         self._thread: threading.Thread | None = None
 
@@ -118,13 +120,26 @@ class Loader:
         thread = self._thread
         return thread is not None and thread.is_alive()
 
+    def stop_at_exit(self) -> None:
+        """Stop the thread as the process exits, waiting at most :data:`EXIT_WAIT` for its load.
+
+        A daemon thread still writing to a stream (a warning) when the
+        interpreter finalizes can abort the process (Python's
+        ``_enter_buffered_busy`` fatal error); stopped first, it cannot.
+        """
+        self._stopping = True
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=EXIT_WAIT)
+
     def wake(self) -> None:
         """Have the thread reload now (after a change made in this process)."""
         self._asked = True
         self._wake.set()
 
     def _run(self) -> None:
-        while True:
+        while not self._stopping:
             if not enabled():
                 self.rules = {}
                 break
@@ -262,7 +277,11 @@ def read_rows(*, close: bool = False) -> list[Row]:
             connections[alias].close()
 
 
+#: Seconds an exiting process waits for the thread's load under way.
+EXIT_WAIT = 1.0
+
 LOADER = Loader()
+atexit.register(LOADER.stop_at_exit)
 os.register_at_fork(after_in_child=LOADER.after_fork)
 
 
