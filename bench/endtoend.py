@@ -1,6 +1,6 @@
 """End to end: the example project under gunicorn, loaded by wrk on loopback.
 
-    python -m bench.endtoend [--seconds N] [--repeats N] [--quick] [--json PATH] [--strict]
+    python -m bench.endtoend [--seconds N] [--repeats N] [--unix-socket] [--quick] [--json PATH]
 
 Requests per second of a small DRF endpoint with ``PolicyThrottle`` (fixed
 window) against its twin without a throttle, and of a view decorated with
@@ -11,7 +11,8 @@ round trip to Redis (a PING on the kept connection) and nothing else: what
 any limiter that asks Redis once per request would cost at the least, on
 this machine, in the same run.
 
-Setup: its own redis-server; gunicorn with 2 x cores + 1 sync workers;
+Setup: its own redis-server, over loopback TCP (or, with ``--unix-socket``,
+its Unix socket: a Redis on the app server's host); gunicorn with 2 x cores + 1 sync workers;
 wrk with 1 thread and 8 connections, runs of ``--seconds`` each, the three
 paths of an endpoint in a rotating order, ratios = medians over the repeats
 of limited / open and floor / open (each run against the open run of its
@@ -59,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__ or "", "endtoend.json", "2 pairs of 1 s runs")
     parser.add_argument("--seconds", type=int, default=2, help="length of one wrk run (2)")
     parser.add_argument("--repeats", type=int, default=8, help="pairs per endpoint (8)")
+    parser.add_argument(
+        "--unix-socket",
+        action="store_true",
+        help="the workers reach Redis over its Unix socket (a co-located Redis), not loopback TCP",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.seconds, args.repeats = 1, 2
@@ -67,11 +73,24 @@ def main(argv: list[str] | None = None) -> int:
         print("wrk is not installed: `make bench` installs it (apt-get install wrk)")
         return 2
     redis_server = RedisServer()
-    redis_server.start()
-    gunicorn = Gunicorn(redis_server.url)
+    if args.unix_socket:
+        socket_path = os.path.join(redis_server.directory, "redis.sock")
+        redis_server.start(extra_args=["--unixsocket", socket_path, "--unixsocketperm", "700"])
+        redis_url = f"unix://{socket_path}?db=0"
+    else:
+        redis_server.start()
+        redis_url = redis_server.url
+    gunicorn = Gunicorn(redis_url)
     try:
         gunicorn.start()
-        results = run(wrk, gunicorn, redis_server, seconds=args.seconds, repeats=args.repeats)
+        results = run(
+            wrk,
+            gunicorn,
+            redis_server,
+            seconds=args.seconds,
+            repeats=args.repeats,
+            transport="Unix socket" if args.unix_socket else "loopback TCP",
+        )
     finally:
         gunicorn.stop()
         redis_server.close()
@@ -184,7 +203,13 @@ def wrk_run(wrk: str, url: str, seconds: int) -> dict[str, float]:
 
 
 def run(
-    wrk: str, gunicorn: Gunicorn, redis_server: RedisServer, *, seconds: int, repeats: int
+    wrk: str,
+    gunicorn: Gunicorn,
+    redis_server: RedisServer,
+    *,
+    seconds: int,
+    repeats: int,
+    transport: str = "loopback TCP",
 ) -> dict[str, Any]:
     assert redis_server.process is not None
     workers = gunicorn.workers()
@@ -199,6 +224,7 @@ def run(
             "wrk": f"1 thread, {CONNECTIONS} connections, {seconds} s runs",
             "repeats": repeats,
             "load_average": os.getloadavg(),
+            "redis": transport,
         },
         "pairs": {},
     }
@@ -254,7 +280,8 @@ def print_results(results: dict[str, Any], seconds: int) -> None:
                 ]
             )
     print_table(
-        f"End to end: requests per second, gunicorn ({WORKERS} sync workers) + wrk on loopback",
+        f"End to end: requests per second, gunicorn ({WORKERS} sync workers) + wrk on loopback, "
+        f"Redis over {results['setup']['redis']}",
         [
             "endpoint",
             "path",
