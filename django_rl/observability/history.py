@@ -241,12 +241,12 @@ class Recorder:
                     if identity in kept or len(kept) < MAX_IDENTITIES:
                         kept[identity] = kept.get(identity, 0) + n
 
-    def stop(self) -> None:
-        """Stop the thread (if any) after its current flush."""
+    def stop(self, timeout: float = 5) -> None:
+        """Stop the thread (if any) after its current flush, waiting at most ``timeout`` s."""
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
+            thread.join(timeout=timeout)
         self._stop = threading.Event()
         self._thread = None
 
@@ -264,10 +264,7 @@ class Recorder:
         warning) when the interpreter finalizes can abort the process
         (Python's ``_enter_buffered_busy`` fatal error).
         """
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=EXIT_WAIT)
+        self.stop(EXIT_WAIT)
         if self.autostart:
             self.flush()
 

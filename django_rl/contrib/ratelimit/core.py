@@ -29,6 +29,7 @@ from django_rl.contrib.ratelimit.rates import _PERIODS as _PERIODS
 from django_rl.contrib.ratelimit.rates import _split_rate as _split_rate
 from django_rl.contrib.ratelimit.rates import rate_for, to_rate
 from django_rl.contrib.ratelimit.rates import rate_re as rate_re
+from django_rl.core.inline import policy_name
 from django_rl.observability.history import record_result
 from django_rl.overrides.rules import BLOCK, EXEMPT
 
@@ -167,7 +168,7 @@ def get_usage(
 
 def _record(group: str, method: object, allowed: bool, identity: str) -> None:
     """Count a call that counted in the history the admin charts (no I/O: in memory)."""
-    record_result(store.name_of(group), allowed, identity)
+    record_result(policy_name(group), allowed, identity)
 
 
 def is_ratelimited(

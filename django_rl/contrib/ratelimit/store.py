@@ -53,7 +53,7 @@ from django_rl.core.plans import PlanRates, Variant, make_variant
 from django_rl.core.policies import Policy
 from django_rl.core.rates import MAX_COUNT, Rate, RateError, parse_rate
 from django_rl.overrides.loader import rules_for
-from django_rl.overrides.rules import BLOCK, EXEMPT
+from django_rl.overrides.rules import BLOCK, EXEMPT, Rule
 
 #: What joins the keys' fingerprint of the drop-in's policies, with the methods.
 TAG = "django-ratelimit"
@@ -169,12 +169,10 @@ def count(group: str, methods: str, rate: Rate, value: str, increment: bool) -> 
         return _count_in_django_cache(alias, group, methods, rate, value, increment)
     policy = policy_for(group, methods)
     variant = _variant(policy, rate)
-    rules = rules_for(policy.name)
-    if rules is not None and (rule := rules.match(value)) is not None:
-        if rule.action == EXEMPT:
-            return Usage(0, 0, rate.limit, EXEMPT)
-        if rule.action == BLOCK:
-            return Usage(0, math.ceil(rule.retry_after(time.time())), rate.limit, BLOCK)
+    rule = _rule_for(policy.name, value)
+    if rule is not None:
+        if rule.action in (EXEMPT, BLOCK):
+            return _overridden(rule, rate)
         variant, rate = _override(policy, rule.rate, variant, rate)
     key = policy.variant_key(variant, value)
     try:
@@ -198,12 +196,9 @@ def _count_in_django_cache(
     rate overrides do not (they change a Redis-backed policy's rate), and
     the admin's live counters cannot read such a cache.
     """
-    rules = rules_for(name_of(group))
-    if rules is not None and (rule := rules.match(value)) is not None:
-        if rule.action == EXEMPT:
-            return Usage(0, 0, rate.limit, EXEMPT)
-        if rule.action == BLOCK:
-            return Usage(0, math.ceil(rule.retry_after(time.time())), rate.limit, BLOCK)
+    rule = _rule_for(policy_name(group), value)
+    if rule is not None and rule.action in (EXEMPT, BLOCK):
+        return _overridden(rule, rate)
     counted = django_cache.count(alias, group, methods, rate, value, increment)
     if counted is None:
         return None
@@ -211,9 +206,17 @@ def _count_in_django_cache(
     return Usage(used, left, rate.limit)
 
 
-def name_of(group: str) -> str:
-    """Return the policy name of ``group``'s counts (the history's and the overrides')."""
-    return policy_name(group)
+def _rule_for(name: str, value: str) -> Rule | None:
+    """Return the admin's override of ``value`` under the policy ``name``, or ``None``."""
+    rules = rules_for(name)
+    return None if rules is None else rules.match(value)
+
+
+def _overridden(rule: Rule, rate: Rate) -> Usage:
+    """Return the usage an exemption or a block answers, without counting."""
+    if rule.action == EXEMPT:
+        return Usage(0, 0, rate.limit, EXEMPT)
+    return Usage(0, math.ceil(rule.retry_after(time.time())), rate.limit, BLOCK)
 
 
 def _override(policy: Policy, text: str, variant: Variant, rate: Rate) -> tuple[Variant, Rate]:
