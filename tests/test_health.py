@@ -52,6 +52,21 @@ def test_a_call_stuck_in_the_outage_that_fails_after_it_does_not_start_another(l
     assert levels(log) == ["WARNING", "INFO"]
 
 
+def test_the_end_of_an_outage_runs_on_end_once_before_the_new_epoch_is_seen(log):
+    # A node replaces its connections in on_end: a call that starts in the
+    # new epoch must find them replaced already, or it could still reach a
+    # demoted primary and log a second outage.
+    seen: list[tuple[int, bool]] = []
+    health = Health("default", on_end=lambda: seen.append((health.epoch, health.down)))
+    health.failed(REFUSED, health.epoch)
+    during = health.epoch
+    assert [health.succeeded(during) for _ in range(2)] == [True, False]
+    assert seen == [(during, True)]
+    assert health.epoch == during + 1
+    health.answered_with_error(OutOfMemoryError("OOM"), "oom", health.epoch)  # not down: no call
+    assert len(seen) == 1
+
+
 def test_callers_without_an_epoch_count_as_current(log):
     health = Health("default")
     health.failed(REFUSED)

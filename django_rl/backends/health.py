@@ -71,13 +71,19 @@ class Health:
 
     An error reply of a live server (:meth:`answered_with_error`) is no
     outage: it changes nothing here but the count and its cause's incident.
+
+    :param on_end: called when an outage ends, under the lock and before the
+        new epoch is visible (see :meth:`succeeded`); it must not raise.
     """
 
     #: See :data:`INCIDENT_QUIET`; tests shorten it on an instance.
     incident_quiet = INCIDENT_QUIET
 
-    def __init__(self, alias: str, address: str = "") -> None:
+    def __init__(
+        self, alias: str, address: str = "", on_end: Callable[[], None] | None = None
+    ) -> None:
         self.alias = alias
+        self._on_end = on_end
         #: What the log lines call the server: ``CACHES['x']``, and the
         #: node's address when the alias has several (a cluster).
         self.name = f"CACHES[{alias!r}]" + (f", node {address}" if address else "")
@@ -136,6 +142,14 @@ class Health:
         with self._lock:
             if not self.down or (epoch is not None and epoch != self._epoch):
                 return False
+            # on_end first (a node replaces its connections there): a call
+            # that reads the new epoch must also see what on_end changed.
+            # Otherwise a thread could start a call in the new epoch on a
+            # connection from before the end of the outage (after a failover
+            # behind a moved address, one to the demoted primary), and its
+            # READONLY would log a second outage that never was.
+            if self._on_end is not None:
+                self._on_end()
             self.down = False
             self._epoch += 1
             logger.info("Redis for rate limiting (%s) is back.", self.name)

@@ -68,7 +68,9 @@ class RedisNode:
         self._pooled = pooled
         self._local = threading.local()
         self.clock = ServerClock(self._read_server_time)
-        self.health = Health(alias, address)
+        # When an outage ends, connections left from before it are replaced:
+        # in a failover some may still reach the old primary.
+        self.health = Health(alias, address, on_end=self.replace_connections)
         self._capabilities: Capabilities | None = None
         self._capabilities_lock = threading.Lock()
         self._capabilities_failed_at = -math.inf
@@ -342,8 +344,8 @@ class RedisNode:
         if kind is not None:
             if kind in RELEARN_KINDS:
                 self._capabilities = None
-            if self.health.answered_with_error(exc, kind, epoch):
-                self.replace_connections()  # an outage ended, as in record_success
+            # An answer: it may end an outage (health replaces the connections then).
+            self.health.answered_with_error(exc, kind, epoch)
             return
         if unlocated(exc):
             # No sentinel could name the primary, for a new connection: the
@@ -369,10 +371,10 @@ class RedisNode:
         """Note that a call started in ``epoch`` succeeded; log the end of an outage once.
 
         When an outage ends, connections left from before it are replaced as
-        well: in a failover some may still reach the old primary.
+        well (``Health``'s ``on_end``): in a failover some may still reach
+        the old primary.
         """
-        if self.health.succeeded(epoch):
-            self.replace_connections()
+        self.health.succeeded(epoch)
 
     def replace_connections(self) -> None:
         """Make every thread replace its kept connection, and close the pool's idle ones."""
