@@ -49,9 +49,9 @@ def _process_worker(redis_url: str, tasks: Any, results: Any, barrier: Any) -> N
     """Run races the parent sends (limiter name, index) until it sends None."""
     os.environ["BENCH_REDIS_URL"] = redis_url
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-    import django
+    from bench.runner import django_setup
 
-    django.setup()
+    django_setup()
     while (task := tasks.get()) is not None:
         name, index = task
         decide = BY_NAME[name].build(LIMIT, addresses(index))

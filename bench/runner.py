@@ -22,10 +22,21 @@ def setup_django(server: RedisServer) -> Any:
     """Point the bench's settings at ``server``, set Django up; return an admin client."""
     os.environ["BENCH_REDIS_URL"] = server.url
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    django_setup()
+    return server.client()
+
+
+def django_setup() -> None:
+    """Set Django up with the bench's settings, its database (in memory) migrated.
+
+    Migrated so that the overrides loader finds its table: without it, every
+    process the bench starts would log that overrides cannot be loaded.
+    """
     import django
+    from django.core.management import call_command
 
     django.setup()
-    return server.client()
+    call_command("migrate", verbosity=0)
 
 
 #: The clients of a comparison run alone (``bench.overrides``, ``bench.observability``).

@@ -27,7 +27,15 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_rl",
 ]
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+# In memory, shared by this process's threads (":memory:" would give each
+# connection a database of its own, and the overrides loader's thread, which
+# reads the overrides table, an empty one). bench/runner.py migrates it.
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": "file:django_rl_bench?mode=memory&cache=shared",
+    }
+}
 
 CACHES = {
     **caches_for(REDIS_URL),

@@ -96,6 +96,7 @@ def setup_django(topology: ClusterTopology) -> None:
     """Configure Django with bench/settings.py, its cache the cluster."""
     import django
     from django.conf import settings
+    from django.core.management import call_command
 
     from bench import settings as bench_settings
 
@@ -103,6 +104,8 @@ def setup_django(topology: ClusterTopology) -> None:
     values = {name: value for name, value in values.items() if name.isupper()}
     settings.configure(**{**values, "CACHES": topology.caches()})
     django.setup()
+    # The overrides loader's table (bench/runner.py's django_setup).
+    call_command("migrate", verbosity=0)
 
 
 def identities_by_primary(topology: ClusterTopology, count: int) -> list[list[str]]:
