@@ -460,6 +460,64 @@ def test_a_replaced_timer_moves_the_window_without_waiting(monkeypatch, redis_cl
     assert 0 < redis_client.pttl(key) <= 1000  # the TTL is the window's, whatever the time
 
 
+def test_history_and_wait_after_allowed_requests_are_drfs_as_time_moves(redis_client):
+    """The drop-in and DRF's own throttle on one moved clock: the same answers, wait(), history."""
+    from django.core.cache.backends.locmem import LocMemCache
+    from rest_framework import throttling as drf
+
+    clock = Clock(1_900_000_200.0)
+    ours = type("Ours", (SimpleRateThrottle,), {"rate": "3/min", "timer": clock})
+    theirs = type("Theirs", (drf.SimpleRateThrottle,), {"rate": "3/min", "timer": clock})
+    theirs.cache = LocMemCache("drf-history", {})
+    for cls in (ours, theirs):
+        cls.get_cache_key = lambda self, request, view: "history-client"
+    # Requests at +0, +10 and +20 s are allowed, +30 and +59 denied, +61
+    # allowed again (the first has left the window), +70 allowed (the second too).
+    for step in (0, 10, 20, 30, 59, 61, 70):
+        clock.now = 1_900_000_200.0 + step
+        mine, drfs = ours(), theirs()
+        assert mine.allow_request({}, None) == drfs.allow_request({}, None), step
+        assert mine.history == pytest.approx(drfs.history, abs=0.001), step
+        assert mine.wait() == pytest.approx(drfs.wait(), abs=0.001), step
+        assert mine.now == drfs.now == clock.now
+    # After +70: the log holds +20, +61, +70; the oldest leaves in 10 s, one request left.
+    assert mine.history == pytest.approx([clock.now, clock.now - 9, clock.now - 50])
+    assert mine.wait() == pytest.approx(10 / 1)
+
+
+def test_wait_after_allowed_requests_is_drfs_pace_on_the_redis_clock(redis_client):
+    throttle_class = type("Paced", (AnonRateThrottle,), {"rate": "3/min", "scope": "paced"})
+    request = Request(FACTORY.get("/", REMOTE_ADDR="192.0.2.30"))
+    first = throttle_class()
+    before = server_ms(redis_client)
+    assert first.allow_request(request, None) is True
+    after_first = server_ms(redis_client)
+    # One request in the window: its whole minute left, for 3 requests.
+    assert first.wait() == pytest.approx(60 / 3, abs=0.01)
+    sleep_until(redis_client, after_first + 300)
+    second = throttle_class()
+    assert second.allow_request(request, None) is True
+    read_before = server_ms(redis_client)
+    history = second.history
+    read_after = server_ms(redis_client)
+    assert len(history) == 2 and history[0] >= history[1]
+    assert before / 1000 - 0.001 <= history[1] <= after_first / 1000 + 0.001
+    # The oldest leaves 60 s after it came, counted from when the log was read; 2 requests left.
+    least = (60_000 - (read_after - before)) / 1000 / 2
+    most = (60_000 - (read_before - after_first)) / 1000 / 2
+    assert least - 0.001 <= second.wait() <= most + 0.001
+
+
+def test_history_is_empty_when_nothing_was_decided_or_redis_cannot_answer(dead_redis):  # noqa: F811
+    throttle = AnonRateThrottle()
+    assert throttle.history == []  # nothing decided: DRF's empty history
+    request = Request(FACTORY.get("/", REMOTE_ADDR="192.0.2.31"))  # CACHES: a dead Redis
+    assert throttle.allow_request(request, None) is True  # FAIL_OPEN
+    assert throttle.decision is not None and throttle.decision.degraded
+    assert throttle.history == []
+    assert throttle.wait() == 60 / 4  # DRF's pace of an empty window: 3 requests left, + 1
+
+
 def test_a_timer_set_as_drfs_tests_set_it(monkeypatch):
     """``cls.timer = lambda self: value`` on each class of a view (DRF's own tests' helper)."""
     for cls in views.DoubleView.throttle_classes:

@@ -30,9 +30,11 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from django_rl.backends.given_time import decisions_at
+from django_rl.contrib.drf_history import read_log
 from django_rl.contrib.drf_policies import policy_for
 from django_rl.core.decision import Decision
 from django_rl.core.engine import settle
+from django_rl.core.policy import Policy
 from django_rl.core.rates import RateError
 from django_rl.core.rates import parse_rate as parse_rate_text
 from django_rl.http.headers import write_headers
@@ -97,8 +99,9 @@ class SimpleRateThrottle(BaseThrottle):
 
     Subclasses override :meth:`get_cache_key`: the identity a request counts
     as, or ``None`` for a request not throttled. After :meth:`allow_request`,
-    ``decision`` holds the Decision (``None`` when nothing was decided) and
-    ``key`` the cache key; :meth:`wait` answers from them.
+    ``decision`` holds the Decision (``None`` when nothing was decided),
+    ``key`` the cache key and ``now`` the timer's time, as in DRF;
+    :attr:`history` and :meth:`wait` answer from the log in Redis.
     """
 
     #: DRF's; kept for code that reads it. Decisions do not use it: state
@@ -116,6 +119,12 @@ class SimpleRateThrottle(BaseThrottle):
     duration: int | None
     decision: Decision | None = None
     key: str | None = None
+    now: float | None = None
+    #: The policy that made :attr:`decision`; the history read since (or set
+    #: by hand; ``None``: neither) and the time it was read at (``None``: by hand).
+    _policy: Policy | None = None
+    _history: list[float] | None = None
+    _read_at: float | None = None
 
     def __init__(self) -> None:
         if not getattr(self, "rate", None):
@@ -185,15 +194,15 @@ class SimpleRateThrottle(BaseThrottle):
             return True
         policy = policy_for(self.scope, num_requests, duration)
         timer: Callable[[], float] = self.timer  # type: ignore[misc]  # an instance's, bound or not
+        self.now = timer()
         if timer is time.time:
             decision = policy.hit(str(self.key))
         else:
             # ``timer`` replaced (as DRF's own tests and many projects' do to
             # move time on): decided at the time it gives (backends/given_time.py).
-            self.now = timer()
             with decisions_at(int(self.now * 1000)):
                 decision = policy.hit(str(self.key))
-        self.decision = decision
+        self.decision, self._policy, self._history, self._read_at = decision, policy, None, None
         if not decision.allowed:
             # The rate_limited signal and the denial log, as for the front doors.
             report_denial(request, policy.name, str(self.key), decision)
@@ -224,28 +233,59 @@ class SimpleRateThrottle(BaseThrottle):
     def wait(self) -> float | None:
         """Return the seconds to wait before the next request, as DRF's ``wait()``.
 
-        After a denial: until the hit would be allowed (DRF's Retry-After).
-        After an allowed hit: the time until the state is full again spread
-        over the requests left (DRF's pace). ``None`` before any decision
-        with no limit to pace by.
+        DRF's arithmetic on :attr:`history`: the time before the oldest
+        request in the window leaves it, spread over the requests left plus
+        one; ``None`` when none is left. After a denial that is the time until
+        the request would be allowed, as Redis answered it (no round trip);
+        after an allowed request the log is read from Redis (one round trip,
+        the first time). Redis unable to answer: the pace of an empty window.
         """
         decision = self.decision
-        if decision is None:
-            return self._pace()
+        if decision is None or (self._history is not None and self._read_at is None):
+            return self._pace(self.history, self.now)  # set by hand (DRF's tests)
         if not decision.allowed:
+            # DRF's arithmetic, which for a denial is the time until the hit
+            # fits: what Redis answered, without asking again.
             return decision.retry_after
-        return decision.reset_after / (decision.remaining + 1)
+        history = self.history  # one round trip to read the log, the first time
+        return self._pace(history, self._read_at)
 
-    def _pace(self) -> float | None:
-        """Return DRF's wait from ``history`` and ``now`` set by hand (no decision made here).
+    @property
+    def history(self) -> list[float]:
+        """The times (seconds, newest first) of the requests the window holds, as DRF keeps them.
 
-        The period left before the oldest request leaves the window, spread
-        over the requests still available; ``None`` when none is.
+        Read from Redis when first asked after :meth:`allow_request` (one
+        round trip; what is counted by then), ``[]`` if nothing was decided
+        or Redis cannot answer. Set by hand (DRF's tests do), what was set,
+        until the next decision.
+        """
+        if self._history is None:
+            log = self._read_log() if self.decision is not None else None
+            if log is None:
+                self._read_at, self._history = self.now, []
+            else:
+                self._read_at, self._history = log
+        return self._history
+
+    @history.setter
+    def history(self, value: list[float]) -> None:
+        self._read_at, self._history = None, value
+
+    def _read_log(self) -> tuple[float, list[float]] | None:
+        """Return (the time read at, :attr:`history`) from Redis; ``None`` if it cannot say."""
+        policy, key, decision = self._policy, self.key, self.decision
+        if policy is None or key is None or decision is None or decision.degraded:
+            return None
+        replaced = self.timer is not time.time  # type: ignore[misc]  # an instance's, bound or not
+        return read_log(policy, str(key), self.now if replaced else None)
+
+    def _pace(self, history: list[float], now: float | None) -> float | None:
+        """Return DRF's wait: the time until the oldest request leaves the window, per request left.
+
+        ``None`` when no request is left.
         """
         if not self.duration or self.num_requests is None:
             return None
-        history: list[float] = getattr(self, "history", None) or []
-        now: float | None = getattr(self, "now", None)
         left = float(self.duration)
         if history and now is not None:
             left -= now - history[-1]
