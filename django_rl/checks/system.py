@@ -57,6 +57,7 @@ from django.utils.module_loading import import_string
 
 from django_rl.algorithms import ALGORITHMS, StaticAlgorithm
 from django_rl.checks.connection_checks import connection_warnings
+from django_rl.checks.names import DJANGO_REDIS_BACKEND, SETTINGS_TAG
 from django_rl.checks.server_checks import check_server  # noqa: F401  (registers it)
 from django_rl.checks.topology_checks import topology_problems
 from django_rl.checks.validation import (
@@ -77,13 +78,6 @@ from django_rl.core.plans import is_rate_function
 from django_rl.core.policies import registered_policies
 from django_rl.core.reprs import short_repr
 from django_rl.core.urlconf import url_patterns
-
-DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
-
-#: The tag of the checks that read only settings and code (no Redis): what
-#: ``manage.py ratelimit`` runs before it starts. ``manage.py check`` runs
-#: these and the server's (``server_checks.py``).
-SETTINGS_TAG = "django_rl_settings"
 
 
 @register(SETTINGS_TAG)

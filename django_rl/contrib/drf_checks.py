@@ -14,12 +14,10 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, register
 
+from django_rl.checks.names import SETTINGS_TAG
 from django_rl.contrib.drf_policies import MODULE
 from django_rl.core.rates import RateError, parse_rate
 from django_rl.core.reprs import short_repr
-
-#: The same tag as django_rl's settings checks (``checks.SETTINGS_TAG``).
-SETTINGS_TAG = "django_rl_settings"
 
 
 @register(SETTINGS_TAG)

@@ -19,11 +19,8 @@ from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.utils.module_loading import import_string
 
+from django_rl.checks.names import DJANGO_REDIS_BACKEND, SETTINGS_TAG
 from django_rl.core.reprs import short_repr
-
-#: The same tag as django_rl's settings checks (``checks.SETTINGS_TAG``).
-SETTINGS_TAG = "django_rl_settings"
-DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
 
 
 @register(SETTINGS_TAG)

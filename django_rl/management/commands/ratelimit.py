@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
-from django_rl.checks.system import SETTINGS_TAG
+from django_rl.checks.names import SETTINGS_TAG
 from django_rl.exceptions import BackendError, ConfigurationError
 from django_rl.management.subcommands import SUBCOMMANDS
 
