@@ -31,6 +31,7 @@ from django_rl import get_policy
 from django_rl.backends.cluster import REFRESH_INTERVAL
 from django_rl.inspection import Query, list_counters
 from tests import figures
+from tests.looping import LoopingThreads
 from tests.topologies import NODE_TIMEOUT_MS, ClusterTopology
 
 pytestmark = [pytest.mark.topologies, pytest.mark.slow]
@@ -93,27 +94,18 @@ def identities_on(cluster: ClusterTopology, server, count: int, start: int = 0) 
     return found
 
 
-class Deciders:
+class Deciders(LoopingThreads):
     """Threads that decide without pause (``pause`` s between decisions), timing each."""
 
+    join_timeout = 30
+
     def __init__(self, identities: list[str], threads: int = THREADS, pause: float = 0.0) -> None:
+        super().__init__(threads)
         self.identities = identities
         self.pause = pause
         self.threads = threads
         self.made: list[tuple[float, float, bool]] = []  # (started, took, degraded)
-        self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._run, args=(i,)) for i in range(threads)]
-
-    def __enter__(self) -> Deciders:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(30)
 
     def _run(self, index: int) -> None:
         policies = [get_policy(name) for name in POLICIES]

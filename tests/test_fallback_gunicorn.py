@@ -44,7 +44,6 @@ import math
 import os
 import re
 import signal
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -56,6 +55,7 @@ import pytest
 from tests import figures
 from tests.conftest import FAULT_TIMEOUT
 from tests.gunicorn_server import FALLBACK, LIMIT, Gunicorn
+from tests.looping import LoopingThreads
 from tests.redis_server import RedisServer
 from tests.tcp_proxy import TcpProxy
 
@@ -145,28 +145,17 @@ def ask(site: Gunicorn, path: str, address: str) -> Answer:
     )
 
 
-class Traffic:
+class Traffic(LoopingThreads):
     """Threads that send requests round the clients and views until stopped.
 
     A request that gets no HTTP answer at all is recorded in :attr:`failures`.
     """
 
     def __init__(self, site: Gunicorn) -> None:
+        super().__init__(THREADS)
         self.site = site
         self.answers: list[Answer] = []
         self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(i,)) for i in range(THREADS)]
-
-    def __enter__(self) -> Traffic:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
 
     def _run(self, index: int) -> None:
         sent = 0

@@ -20,7 +20,6 @@ The figures appear in the "fault injection" section at the end of the run
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -32,6 +31,7 @@ from django.test import Client
 from django_rl.backends import get_backend
 from tests import figures
 from tests.conftest import FAULT_TIMEOUT
+from tests.looping import LoopingThreads
 from tests.redis_server import RedisServer, caches_for
 from tests.tcp_proxy import TcpProxy
 
@@ -84,27 +84,16 @@ class Sample:
     status: int
 
 
-class Traffic:
+class Traffic(LoopingThreads):
     """Threads that send requests round the URLs until stopped, recording each answer.
 
     With ``busy``, the first thread sends every request as that one client address.
     """
 
     def __init__(self, threads: int = THREADS, busy: str | None = None) -> None:
+        super().__init__(threads)
         self.busy = busy
         self.samples: list[Sample] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(i,)) for i in range(threads)]
-
-    def __enter__(self) -> Traffic:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
 
     def _run(self, index: int) -> None:
         client = Client(raise_request_exception=False)  # a crash is a 500, counted

@@ -26,6 +26,7 @@ import pytest
 
 from django_rl import get_policy
 from tests import figures
+from tests.looping import LoopingThreads
 from tests.topologies import SENTINEL_SERVICE, SentinelTopology, wait_for
 
 pytestmark = [pytest.mark.topologies, pytest.mark.slow]
@@ -55,7 +56,7 @@ def on_sentinel(settings, redis_sentinel: SentinelTopology, caplog) -> Iterator[
         redis_sentinel.wait_healthy()
 
 
-class Hitters:
+class Hitters(LoopingThreads):
     """Threads that hit :attr:`target` (a policy name, an identity) until stopped.
 
     Each thread makes one decision first (on its own identity) and waits for
@@ -65,25 +66,18 @@ class Hitters:
     ``(started, policy, identity, allowed, degraded)``.
     """
 
+    join_timeout = 30
+
     def __init__(self, target: tuple[str, str], threads: int = THREADS, first: int = 0) -> None:
+        super().__init__(threads)
         self.target = target
         self.first = first
         self.made: list[tuple[float, str, str, bool, bool]] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._ready = threading.Barrier(threads + 1)
-        self._threads = [threading.Thread(target=self._run, args=(i,)) for i in range(threads)]
 
-    def __enter__(self) -> Hitters:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._ready.abort()
-        for thread in self._threads:
-            thread.join(30)
+    def _stopping(self) -> None:
+        self._ready.abort()  # a thread still waiting for the others gives up
 
     def wait_ready(self) -> None:
         self._ready.wait(30)
