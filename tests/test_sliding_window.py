@@ -77,6 +77,7 @@ class Model:
 
 #: The script, keeping its key past its TTL (see tests/scripts.py).
 KEPT = kept(SCRIPT.source)
+LOG_KEPT = kept(LOG_SCRIPT.source)
 
 
 def hit_at(client, algorithm, now_ms: int, cost: int = 1, commit: str = "1") -> Outcome:
@@ -85,7 +86,7 @@ def hit_at(client, algorithm, now_ms: int, cost: int = 1, commit: str = "1") -> 
 
 
 def log_hit_at(client, algorithm, now_ms: int) -> bool:
-    reply = LOG_SCRIPT(client, (LOG_KEY,), (*algorithm.script_args(1, "1"), str(now_ms)))
+    reply = client.eval(LOG_KEPT, 1, LOG_KEY, *algorithm.script_args(1, "1"), str(now_ms))
     return algorithm.outcome(reply).allowed
 
 
