@@ -22,7 +22,7 @@ from django_rl.algorithms.base import (
     ScriptAlgorithm,
     algorithm_script,
 )
-from django_rl.backends import LuaScript
+from django_rl.backends import LuaScript, RedisNode
 
 SCRIPT = algorithm_script("sliding_log")
 
@@ -62,6 +62,22 @@ class SlidingLog(ScriptAlgorithm, RateAlgorithm):
     def outcome(self, reply: Sequence[int]) -> Outcome:
         allowed, used, retry_ms, reset_ms = reply[:4]
         return Outcome(bool(allowed), max(self.rate.limit - used, 0), retry_ms, reset_ms)
+
+    def times(self, node: RedisNode, key: str, now_ms: int | None = None) -> tuple[int, list[int]]:
+        """Return ``(now, times)`` in ms: the scores of the entries in the window, newest first.
+
+        One entry per allowed hit, scored by its time: for hits of cost 1
+        (the DRF drop-in's), the times of the hits the window holds. ``now``
+        is ``now_ms``, or else the decisions' clock (``node.now_ms``).
+        """
+        now = node.now_ms() if now_ms is None else now_ms
+        # An entry is in the window while now < its score + the window. Scores
+        # never go down, so one later than now (a clock that stepped back) is in.
+        horizon = now - self.rate.period_ms
+        _, (entries,) = node.pipeline(
+            lambda pipe: pipe.zrevrangebyscore(key, "+inf", f"({horizon}", withscores=True)
+        )
+        return now, [int(score) for _member, score in entries]
 
     def reading(self, reply: Sequence[int]) -> Reading:
         used, entries = int(reply[1]), int(reply[4])

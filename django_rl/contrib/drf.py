@@ -22,19 +22,19 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterator, MutableMapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from django.core.cache import cache as default_cache
 from django.core.exceptions import ImproperlyConfigured
+from redis.exceptions import RedisError
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
+from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.backends.given_time import decisions_at
-from django_rl.contrib.drf_history import read_log
 from django_rl.contrib.drf_policies import policy_for
 from django_rl.core.decision import Decision
 from django_rl.core.engine import settle
-from django_rl.core.policy import Policy
 from django_rl.core.rates import RateError
 from django_rl.core.rates import parse_rate as parse_rate_text
 from django_rl.http.headers import write_headers
@@ -120,9 +120,8 @@ class SimpleRateThrottle(BaseThrottle):
     decision: Decision | None = None
     key: str | None = None
     now: float | None = None
-    #: The policy that made :attr:`decision`; the history read since (or set
-    #: by hand; ``None``: neither) and the time it was read at (``None``: by hand).
-    _policy: Policy | None = None
+    #: The history read since the decision (or set by hand; ``None``:
+    #: neither) and the time it was read at (``None``: set by hand).
     _history: list[float] | None = None
     _read_at: float | None = None
 
@@ -202,7 +201,7 @@ class SimpleRateThrottle(BaseThrottle):
             # move time on): decided at the time it gives (backends/given_time.py).
             with decisions_at(int(self.now * 1000)):
                 decision = policy.hit(str(self.key))
-        self.decision, self._policy, self._history, self._read_at = decision, policy, None, None
+        self.decision, self._history, self._read_at = decision, None, None
         if not decision.allowed:
             # The rate_limited signal and the denial log, as for the front doors.
             report_denial(request, policy.name, str(self.key), decision)
@@ -272,12 +271,24 @@ class SimpleRateThrottle(BaseThrottle):
         self._read_at, self._history = None, value
 
     def _read_log(self) -> tuple[float, list[float]] | None:
-        """Return (the time read at, :attr:`history`) from Redis; ``None`` if it cannot say."""
-        policy, key, decision = self._policy, self.key, self.decision
-        if policy is None or key is None or decision is None or decision.degraded:
+        """Return (the time read at, :attr:`history`) from Redis; ``None`` if it cannot say.
+
+        The times of the sliding log's entries (one per allowed request) on
+        the decisions' clock: the Redis server's, or a replaced ``timer``'s.
+        """
+        key, decision = self.key, self.decision
+        if key is None or decision is None or decision.degraded:
             return None
+        assert self.num_requests is not None and self.duration is not None  # decided
+        policy = policy_for(self.scope, self.num_requests, self.duration)  # the deciding one
         replaced = self.timer is not time.time  # type: ignore[misc]  # an instance's, bound or not
-        return read_log(policy, str(key), self.now if replaced else None)
+        given = int(self.now * 1000) if replaced and self.now is not None else None
+        log = cast(SlidingLog, policy.algorithm)  # drf_policies.ALGORITHM
+        try:
+            now, times = policy.backend.run(policy.key(str(key)), log.times, given)
+        except RedisError:
+            return None  # the node logged its outage once, as for a decision
+        return now / 1000, [t / 1000 for t in times]
 
     def _pace(self, history: list[float], now: float | None) -> float | None:
         """Return DRF's wait: the time until the oldest request leaves the window, per request left.
