@@ -8,8 +8,8 @@
   Python work around the round trip, steadier than wall time on a busy host).
 * Commands: ``INFO commandstats`` before and after, so commands that Lua
   scripts run count too.
-* Round trips: redis-py's ``send_packed_command`` calls (a pipeline sends once;
-  every send waits for its reply), counted in this process.
+* Round trips: writes to sockets (``socket.sendall``; a pipeline writes once,
+  every write waits for its replies), counted in this process.
 * Memory: ``MEMORY USAGE key SAMPLES 0`` summed over the keys one identity
   leaves behind.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import random
+import socket
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from redis.connection import AbstractConnection
 
 Decide = Callable[[int], bool]
 
@@ -117,25 +117,31 @@ def ratio(samples: Mapping[str, Samples], row: str, base: str) -> float:
 
 
 class SendCounter:
-    """Count redis-py sends in this process while :meth:`counting` is active."""
+    """Count writes to sockets in this process while :meth:`counting` is active.
+
+    Each round trip is one ``sendall`` (a pipeline or a transaction is one
+    write; every write waits for its replies), whichever layer writes it:
+    redis-py's ``send_packed_command`` or django_rl's kept connection, which
+    writes an encoded decision to the socket itself.
+    """
 
     def __init__(self) -> None:
         self.sends = 0
 
     @contextmanager
     def counting(self) -> Iterator[None]:
-        original = AbstractConnection.send_packed_command
+        original = socket.socket.sendall
         counter = self
 
-        def send_packed_command(self: Any, *args: Any, **kwargs: Any) -> Any:
+        def sendall(self: Any, *args: Any, **kwargs: Any) -> Any:
             counter.sends += 1
             return original(self, *args, **kwargs)
 
-        AbstractConnection.send_packed_command = send_packed_command  # type: ignore[method-assign]
+        socket.socket.sendall = sendall  # type: ignore[method-assign]
         try:
             yield
         finally:
-            AbstractConnection.send_packed_command = original  # type: ignore[method-assign]
+            socket.socket.sendall = original  # type: ignore[method-assign]
 
 
 def command_calls(client: redis.Redis) -> dict[str, int]:

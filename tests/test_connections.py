@@ -165,24 +165,77 @@ def test_an_encoded_script_sends_what_redis_py_would_send(redis_server):
     from django_rl.backends.scripts import EncodedScript
 
     encoded = EncodedScript(SCRIPT, (5, 1, 1000), 3)
-    sent = []
     client = get_backend("default").client
     client.script_load(SCRIPT.source)
     connection = client.connection
-    real = connection.send_packed_command
-
-    def record(command, check_health=True):
-        sent.append(b"".join(command))
-        return real(command, check_health)
-
-    connection.send_packed_command = record
+    recorder = connection._sock = RecordingSocket(connection._sock)
     try:
         reply = encoded(client, "rl:x:{ü}:f", 2, "1", "")
     finally:
-        del connection.send_packed_command
+        connection._sock = recorder.sock
     packed = connection.pack_command("EVALSHA", SCRIPT.sha, 1, "rl:x:{ü}:f", 5, 1, 1000, 2, "1", "")
-    assert sent == [b"".join(packed)]
+    assert recorder.sent == [b"".join(packed)]  # one write, redis-py's bytes
     assert reply[:2] == [1, 3000]  # allowed; 3 tokens of 5 left, in units of 1/1000
+    assert client._on_socket is True  # straight to the socket (hiredis, no health checks)
+
+
+class RecordingSocket:
+    """A socket that records what is written to it, and passes everything on."""
+
+    def __init__(self, sock) -> None:
+        self.sock = sock
+        self.sent: list[bytes] = []
+
+    def sendall(self, data, *args) -> None:
+        self.sent.append(bytes(data))
+        self.sock.sendall(data, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_decision_on_the_socket_path_reads_its_reply_and_every_error_as_redis_py(
+    redis_server, protocol
+):
+    # RESP2 and RESP3 (redis-py 8's default): replies, error replies, a
+    # server that closes the connection, one that does not answer.
+    from django_rl.algorithms.token_bucket import SCRIPT
+    from django_rl.backends.scripts import EncodedScript
+
+    server = RedisServer()
+    server.start()
+    try:
+        with override_settings(
+            CACHES=caches_for(server.url, CONNECTION_POOL_KWARGS={"protocol": protocol})
+        ):
+            client = get_backend("default").client
+            client.script_load(SCRIPT.source)
+            encoded = EncodedScript(SCRIPT, (5, 1, 3_600_000), 3)  # 5, then 1 an hour
+
+            def tokens_left() -> int:
+                allowed, units = encoded(client, "rl:x:{p}:f", 1, "1", "")[:2]
+                assert allowed == 1
+                return units // 3_600_000  # units: tokens x the period in ms
+
+            assert tokens_left() == 4
+            assert client._on_socket is True and client.connection.protocol == protocol
+            with pytest.raises(ResponseError):
+                EncodedScript(SCRIPT, (), 0)(client, "rl:x:{y}:f")  # the script fails
+            assert tokens_left() == 3  # in step
+            # The server closes the connection: a new one, the command sent once more.
+            (victim,) = [c for c in server.client().client_list() if c["cmd"] != "client|list"]
+            server.client().client_kill_filter(_id=victim["id"])
+            assert tokens_left() == 2
+            server.pause()  # SIGSTOP: connected, no answer
+            try:
+                with pytest.raises(RedisTimeoutError, match="Timeout reading"):
+                    encoded(client, "rl:x:{p}:f", 1, "1", "")
+                assert client.connection._sock is None  # closed: a reply may be left unread
+            finally:
+                server.resume()
+    finally:
+        server.close()
 
 
 def test_an_encoded_script_raises_an_error_reply_of_its_own(redis_server):

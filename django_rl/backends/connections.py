@@ -46,6 +46,8 @@ class KeptConnectionClient(Redis):
     on_reconnect: Callable[[], None] | None = None
     #: Whether a command takes the short path (:meth:`_direct`); learned on first use.
     _direct_ok: bool | None = None
+    #: Whether an encoded command goes straight to the socket (:func:`_exchange_on_socket`).
+    _on_socket: bool | None = None
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         try:
@@ -127,6 +129,13 @@ class KeptConnectionClient(Redis):
     def _send_encoded(self, encoded: bytes) -> Any:
         connection: Any = self.connection  # redis-py's Connection is untyped
         try:
+            sockets = self._on_socket
+            if sockets is None:
+                sockets = self._on_socket = _socket_path_possible(connection)
+            if sockets:
+                sock, reader = connection._sock, connection._parser._reader
+                if sock is not None and reader is not None:  # connected
+                    return _exchange_on_socket(connection, sock, reader, encoded)
             connection.send_packed_command([encoded])
             return _read_replies(connection, 1)[0]
         except _RETRIED_ERRORS:
@@ -325,6 +334,99 @@ def _read_replies(connection: Any, count: int) -> list[Any]:
     if connection.health_check_interval:
         connection.next_health_check = time.monotonic() + connection.health_check_interval
     return replies
+
+
+def _socket_path_possible(connection: Any) -> bool:
+    """Return whether :func:`_exchange_on_socket` may stand in for redis-py's send and read.
+
+    Only for redis-py's hiredis parser as redis-py 5 to 8 lay it out (the
+    connection's socket, the parser's hiredis reader and buffer, its "not
+    enough data" sentinel), on a connection without health checks (redis-py
+    would PING before a command). Anything else keeps redis-py's own way.
+    """
+    try:
+        from redis._parsers import hiredis as parsers
+    except ImportError:  # no hiredis module in this redis-py
+        return False
+    parser = getattr(connection, "_parser", None)
+    return (
+        type(parser) is getattr(parsers, "_HiredisParser", None)
+        and _NOT_ENOUGH_DATA is getattr(parsers, "NOT_ENOUGH_DATA", None)
+        and not connection.health_check_interval
+        and hasattr(parser, "_reader")
+        and hasattr(parser, "_buffer")
+        and hasattr(connection, "_sock")
+    )
+
+
+try:
+    from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
+except ImportError:  # an older redis-py: the socket path is never taken
+    _NOT_ENOUGH_DATA = object()
+
+
+def _exchange_on_socket(connection: Any, sock: Any, reader: Any, encoded: bytes) -> Any:
+    """Send ``encoded`` on ``connection``'s socket, return its reply as hiredis parses it.
+
+    What redis-py's ``send_packed_command`` then its parser's
+    ``read_response`` do for a connected hiredis connection without health
+    checks (see :func:`_socket_path_possible`), errors and all: a failed
+    write or read closes the connection and raises redis-py's
+    ``TimeoutError`` or ``ConnectionError``; an error reply is returned, not
+    raised, except one that means the server cannot serve (``LOADING``: a
+    ``ConnectionError``), raised as redis-py raises it; RESP3 push messages
+    before the reply go to redis-py's handlers. Without redis-py's layers
+    between the two system calls, which cost a decision several µs of CPU
+    around a round trip (docs/performance.md).
+    """
+    try:
+        sock.sendall(encoded)
+    except TimeoutError:  # socket.timeout
+        connection.disconnect()
+        raise RedisTimeoutError("Timeout writing to socket") from None
+    except OSError as exc:
+        connection.disconnect()
+        errno, message = ("UNKNOWN", exc.args[0]) if len(exc.args) == 1 else exc.args[:2]
+        raise RedisConnectionError(f"Error {errno} while writing to socket. {message}.") from None
+    except BaseException:
+        connection.disconnect()
+        raise
+    parser = connection._parser
+    try:
+        # redis-py before 8 may hold a reply its can_read() read ahead.
+        if getattr(parser, "_next_response", _NOT_ENOUGH_DATA) is not _NOT_ENOUGH_DATA:
+            reply = parser.read_response()
+        else:
+            reply = reader.gets()
+            buffer = parser._buffer
+            while reply is _NOT_ENOUGH_DATA:
+                read = sock.recv_into(buffer)
+                if not read:
+                    raise RedisConnectionError("Connection closed by server.")
+                reader.feed(buffer, 0, read)
+                reply = reader.gets()
+            push = getattr(parser, "_hiredis_PushNotificationType", None)
+            if push is not None and isinstance(reply, push):  # RESP3, before the reply
+                parser.handle_push_response(reply)
+                reply = parser.read_response()  # the reply, after any more of them
+    except TimeoutError as exc:  # socket.timeout
+        connection.disconnect()
+        raise RedisTimeoutError(f"Timeout reading from {connection._host_error()}") from exc
+    except RedisConnectionError:
+        connection.disconnect()
+        raise
+    except OSError as exc:
+        connection.disconnect()
+        raise RedisConnectionError(
+            f"Error while reading from {connection._host_error()} : {exc.args}"
+        ) from exc
+    except BaseException:
+        connection.disconnect()
+        raise
+    if isinstance(reply, RedisConnectionError):  # LOADING and the like, as redis-py raises them
+        connection.disconnect()
+        raise reply
+    return reply
 
 
 def _read_one(connection: Any) -> Any:

@@ -231,7 +231,8 @@ class RedisNode:
         given = given_ms()
         if given is not None:
             return str(given)
-        return str(time.time_ns() // 1_000_000) if self.app_clock else ""
+        # self.app_clock, inline: this runs on every decision.
+        return str(time.time_ns() // 1_000_000) if get_settings().clock == "app" else ""
 
     def _read_server_time(self) -> tuple[int, int]:
         seconds, microseconds = self.client.time()
@@ -284,7 +285,8 @@ class RedisNode:
 
         :raises redis.exceptions.RedisError: as ``operation`` does.
         """
-        epoch = self.health.epoch  # see Health: calls that straddle a change
+        # Health.epoch, inline; see Health: calls that straddle a change.
+        epoch = self.health._epoch
         try:
             result = operation(self, key, *args, **kwargs)
         except RedisError as exc:

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from redis.exceptions import NoScriptError, ResponseError
 
+from django_rl.backends.connections import KeptConnectionClient
 from django_rl.backends.resp import Argument, bulk
 
 if TYPE_CHECKING:
     from redis import Redis
     from redis.client import Pipeline
 
-    from django_rl.backends.connections import Command, KeptConnectionClient
+    from django_rl.backends.connections import Command
 
 
 class LuaScript:
@@ -93,12 +94,12 @@ class LuaScript:
 
 
 _EVALSHA = bulk("EVALSHA")
+#: The most variable-argument encodings an EncodedScript keeps.
+_MAX_TAILS = 64
 
 
 def _direct_client(client: Redis) -> KeptConnectionClient | None:
     """Return ``client`` if a command may be sent to it already encoded, else ``None``."""
-    from django_rl.backends.connections import KeptConnectionClient
-
     if type(client) is KeptConnectionClient and client.direct_ready():
         return client
     return None
@@ -121,13 +122,26 @@ class EncodedScript:
         count = 4 + len(self.fixed) + variable  # EVALSHA, the SHA, 1, the key, the rest
         self.head = b"*%d\r\n" % count + _EVALSHA + bulk(script.sha) + bulk(1)
         self.middle = b"".join(bulk(arg) for arg in self.fixed)
+        #: The variable arguments' encodings seen so far (a decision's are
+        #: nearly always the same few: cost 1, count, the server's time).
+        self._tails: dict[tuple[int | str, ...], bytes] = {}
 
     def __call__(self, client: Redis, key: str, *variable: int | str) -> Any:
         """Run the script on ``client`` with ``key``, the fixed arguments, then ``variable``."""
-        direct = _direct_client(client)
-        if direct is not None:
-            encoded = self.head + bulk(key) + self.middle + b"".join(map(bulk, variable))
-            reply = direct.send_encoded(encoded)
+        # _direct_client, inline: this runs on every decision.
+        if (
+            type(client) is KeptConnectionClient
+            and not client.asking
+            and (client._direct_ok or (client._direct_ok is None and client.direct_ready()))
+        ):
+            tail = self._tails.get(variable)
+            if tail is None:
+                tail = b"".join(map(bulk, variable))
+                if len(self._tails) < _MAX_TAILS:  # times (CLOCK "app") vary: bounded
+                    self._tails[variable] = tail
+            data = key.encode()  # as resp.bulk encodes a key, in one formatting
+            encoded = b"%b$%d\r\n%b\r\n%b%b" % (self.head, len(data), data, self.middle, tail)
+            reply = client.send_encoded(encoded)
             if not isinstance(reply, ResponseError):
                 return reply
             if not isinstance(reply, NoScriptError):

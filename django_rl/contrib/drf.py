@@ -32,7 +32,7 @@ from rest_framework.throttling import BaseThrottle
 
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.backends.given_time import decisions_at
-from django_rl.contrib.drf_policies import policy_for
+from django_rl.contrib.drf_policies import built_policy, policy_for
 from django_rl.core.decision import Decision
 from django_rl.core.engine import settle
 from django_rl.core.rates import RateError
@@ -185,26 +185,32 @@ class SimpleRateThrottle(BaseThrottle):
         """
         if self.rate is None:
             return True
-        self.key = self.get_cache_key(request, view)
-        if self.key is None:
+        key = self.key = self.get_cache_key(request, view)
+        if key is None:
             return True
+        if type(key) is not str:
+            key = str(key)
         num_requests, duration = self.num_requests, self.duration
         if num_requests is None or duration is None:  # set by hand to None: DRF would fail
             return True
-        policy = policy_for(self.scope, num_requests, duration)
+        # policy_for, its usual case inline: this runs on every request.
+        policy = built_policy((self.scope, num_requests, duration))
+        if policy is None:
+            policy = policy_for(self.scope, num_requests, duration)
         timer: Callable[[], float] = self.timer  # type: ignore[misc]  # an instance's, bound or not
-        self.now = timer()
+        now = self.now = timer()
         if timer is time.time:
-            decision = policy.hit(str(self.key))
+            decision = policy.hit(key)
         else:
             # ``timer`` replaced (as DRF's own tests and many projects' do to
             # move time on): decided at the time it gives (backends/given_time.py).
-            with decisions_at(int(self.now * 1000)):
-                decision = policy.hit(str(self.key))
+            with decisions_at(int(now * 1000)):
+                decision = policy.hit(key)
         self.decision, self._history, self._read_at = decision, None, None
-        if not decision.allowed:
+        allowed = decision.allowed
+        if not allowed:
             # The rate_limited signal and the denial log, as for the front doors.
-            report_denial(request, policy.name, str(self.key), decision)
+            report_denial(request, policy.name, key, decision)
         try:
             # request.django_rl_decisions and request.limited, as both front doors set them.
             every = settle(request, (decision,))
@@ -214,10 +220,11 @@ class SimpleRateThrottle(BaseThrottle):
         # allowed or denied (what PolicyThrottle does too). Not through
         # django_rl.throttling: it imports rest_framework.views, whose
         # APIView imports the DEFAULT_THROTTLE_CLASSES, i.e. this module.
-        headers = getattr(view, "headers", None)
-        if isinstance(headers, dict):
-            write_headers(headers, every)
-        if decision.allowed:
+        if view is not None:
+            headers = getattr(view, "headers", None)
+            if isinstance(headers, dict):
+                write_headers(headers, every)
+        if allowed:
             return self.throttle_success()
         return self.throttle_failure()
 

@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from redis.exceptions import RedisError
 
@@ -40,7 +40,7 @@ from django_rl.leases import Lease
 from django_rl.observability.denials import report_denial
 from django_rl.observability.history import record as record_history
 from django_rl.observability.metrics import count_decision, count_deny_cache_answer, metrics
-from django_rl.overrides.loader import rules_for
+from django_rl.overrides.loader import LOADER, rules_for
 from django_rl.overrides.rules import BLOCK, EXEMPT, Rule
 
 #: Retry-After of a request denied because Redis is down and FAIL_OPEN is False.
@@ -279,8 +279,7 @@ class Policy:
 
         A policy in shadow mode returns the same Decision with ``shadow=True``.
         """
-        # Not deferred: a Decision.
-        made = cast(Decision, self._hit_identity(identity, cost, request=request))
+        made: Any = self._hit_identity(identity, cost, request=request)  # not deferred: a Decision
         return self.report(identity, made)
 
     def prepare(self, identity: str, cost: int = 1, *, request: Any = None) -> Pending | Decision:
@@ -326,7 +325,8 @@ class Policy:
         :raises ValueError: if ``cost`` is not a whole number from 1 to the limit
             (a hit heavier than the limit could never be allowed).
         """
-        rules = rules_for(self.name)
+        # rules_for, inline: this runs on every decision.
+        rules = LOADER.rules.get(self.name) if LOADER.started else rules_for(self.name)
         variant: Variant | None
         if rules is not None and (rule := rules.match(identity)) is not None:
             if rule.action == EXEMPT:
@@ -342,15 +342,11 @@ class Policy:
             return self._unlimited()
         if isinstance(variant.algorithm, StaticAlgorithm):
             return self._static(variant, cost)
-        self._check_cost(variant, cost)
-        if defer:
-            return self._pending(variant, identity, cost)
-        return self._hit(variant, identity, cost)
-
-    def _hit(self, variant: Variant, identity: str, cost: int) -> Decision:
+        if type(cost) is not int or not 1 <= cost <= variant.limit:  # (the usual case, inline)
+            self._check_cost(variant, cost)
         pending = self._pending(variant, identity, cost)
-        if not isinstance(pending, Pending):
-            return pending  # the deny cache's answer
+        if defer or type(pending) is not Pending:
+            return pending  # (not deferred: the deny cache's answer)
         return self.ask(pending)
 
     def ask(self, pending: Pending) -> Decision:
@@ -579,7 +575,7 @@ class Policy:
         identity = self.identify(request)
         if identity is None:
             return None
-        decision = cast("Decision | None", self._hit_request(request, identity, cost))
+        decision: Decision | None = self._hit_request(request, identity, cost)  # type: ignore[assignment]
         if decision is None:
             return None
         return self.report_request(request, identity, decision)
@@ -632,7 +628,7 @@ class Policy:
 
         :raises ValueError: if ``cost`` is not a whole number of at least 1.
         """
-        rules = rules_for(self.name)
+        rules = LOADER.rules.get(self.name) if LOADER.started else rules_for(self.name)
         variant: Variant | None
         if rules is not None and (rule := rules.match(identity)) is not None:
             if rule.action == EXEMPT:
@@ -649,10 +645,12 @@ class Policy:
             if isinstance(variant.algorithm, StaticAlgorithm):
                 return self._static(variant, cost)
             return self._too_heavy(variant, cost)
-        self._check_cost(variant, cost)
-        if defer:
-            return self._pending(variant, identity, cost)
-        return self._hit(variant, identity, cost)
+        if type(cost) is not int or cost < 1:  # (the usual case, inline)
+            self._check_cost(variant, cost)
+        pending = self._pending(variant, identity, cost)
+        if defer or type(pending) is not Pending:
+            return pending  # (not deferred: the deny cache's answer)
+        return self.ask(pending)
 
     def _check_cost(self, variant: Variant, cost: int) -> None:
         if type(cost) is int and 1 <= cost <= variant.limit:

@@ -220,9 +220,11 @@ def _reread(*, setting: str, **kwargs: object) -> None:
 
 def count_decision(policy: str, decision: Decision) -> None:
     """Count one decision of ``policy`` (see the module)."""
-    found = metrics()
+    # metrics() and result_of, inline for the usual case: this runs on every decision.
+    found = _metrics if _enabled else metrics() if _enabled is None else None
     if found is not None:
-        found.count_decision(policy, result_of(decision))
+        allowed = decision.allowed and not decision.degraded
+        found.count_decision(policy, "allowed" if allowed else result_of(decision))
 
 
 def count_deny_cache_answer(policy: str) -> None:
