@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar, cast
 
 from django_rl.backends import LuaScript
 from django_rl.backends.scripts import EncodedScript
@@ -51,6 +51,19 @@ class Outcome(NamedTuple):
     remaining: int
     retry_after_ms: int
     reset_after_ms: int
+
+
+_T = TypeVar("_T")
+
+
+class _NewTuple(Protocol):
+    def __call__(self, cls: type[_T], fields: tuple[Any, ...], /) -> _T: ...
+
+
+#: ``new_tuple(Outcome, (allowed, remaining, retry_after_ms, reset_after_ms))``:
+#: an Outcome (or any NamedTuple) without the Python frame of its generated
+#: ``__new__``; the algorithms make one per decision. ``tuple.__new__`` itself.
+new_tuple = cast(_NewTuple, tuple.__new__)
 
 
 class Reading(NamedTuple):

@@ -46,7 +46,14 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from django_rl.algorithms.base import Outcome, RateAlgorithm, Reading, ReadReplies, read_now
+from django_rl.algorithms.base import (
+    Outcome,
+    RateAlgorithm,
+    Reading,
+    ReadReplies,
+    new_tuple,
+    read_now,
+)
 from django_rl.backends.clock import ClockError
 
 if TYPE_CHECKING:
@@ -128,8 +135,8 @@ class FixedWindow(RateAlgorithm):
                 continue
             limit = self.rate.limit
             if count <= limit:
-                return Outcome(True, limit - count, 0, ttl_ms)
-            return Outcome(False, 0, max(ttl_ms, 1), ttl_ms)
+                return new_tuple(Outcome, (True, limit - count, 0, ttl_ms))
+            return new_tuple(Outcome, (False, 0, max(ttl_ms, 1), ttl_ms))
         raise ClockError(
             f"no current window found on the Redis server's clock in {MAX_ATTEMPTS} attempts"
             + (" (a hit stays counted in a later window)" if undo else "")
@@ -157,8 +164,8 @@ class FixedWindow(RateAlgorithm):
         left = max(end - node.now_ms(), 1)
         limit = self.rate.limit
         if count <= limit:
-            return Outcome(True, limit - count, 0, left)
-        return Outcome(False, 0, left, left)
+            return new_tuple(Outcome, (True, limit - count, 0, left))
+        return new_tuple(Outcome, (False, 0, left, left))
 
     def peek(self, node: RedisNode, key: str) -> Outcome:
         return read_now(self, node, key).outcome
@@ -192,9 +199,9 @@ class FixedWindow(RateAlgorithm):
                 elif value is not None and 0 <= ttl <= period and not count:
                     count, ttl_ms = int(value), ttl
             if count < limit:
-                outcome = Outcome(True, limit - count, 0, ttl_ms)
+                outcome = new_tuple(Outcome, (True, limit - count, 0, ttl_ms))
             else:
-                outcome = Outcome(False, 0, max(ttl_ms, 1), ttl_ms)
+                outcome = new_tuple(Outcome, (False, 0, max(ttl_ms, 1), ttl_ms))
             over = f"{count - limit:,} over the limit (denied hits count too)"
             return Reading(outcome, count, over if count > limit else "")
 
@@ -226,7 +233,7 @@ class FixedWindow(RateAlgorithm):
             node.clock.observe(server_ms, sent, received)
         if allowed < 0:
             return None
-        return Outcome(bool(allowed), remaining, retry_ms, reset_ms)
+        return new_tuple(Outcome, (bool(allowed), remaining, retry_ms, reset_ms))
 
     def keys(self, node: RedisNode, key: str) -> list[str]:
         # The neighbours too: the local clock estimate may sit a hair on the

@@ -28,6 +28,7 @@ from django_rl.algorithms.base import (
     Reading,
     ScriptAlgorithm,
     algorithm_script,
+    new_tuple,
     whole_count,
 )
 from django_rl.backends import LuaScript
@@ -89,7 +90,7 @@ class Gcra(BucketAlgorithm, ScriptAlgorithm):
 
     def outcome(self, reply: Sequence[int]) -> Outcome:
         allowed, remaining, retry_ms, reset_ms = reply[:4]
-        return Outcome(bool(allowed), remaining, retry_ms, reset_ms)
+        return new_tuple(Outcome, (bool(allowed), remaining, retry_ms, reset_ms))
 
     def reading(self, reply: Sequence[int]) -> Reading:
         # Hits' worth of the burst in use: fractional while it drains.

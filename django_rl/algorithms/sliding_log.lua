@@ -85,6 +85,11 @@ local function sliding_log(keys, now, cost, commit, args)
   local function at(rank)
     return entry(redis.call('ZRANGE', key, int(rank), int(rank), 'WITHSCORES'))
   end
+  -- The entry at a rank given as text: the log's two ends, '0' and '-1',
+  -- read on every hit (formatting a number costs about 0.5 us in Redis's Lua).
+  local function at_text(rank)
+    return entry(redis.call('ZRANGE', key, rank, rank, 'WITHSCORES'))
+  end
 
   -- Units from `from` (a place) to the end of entry e.
   local function span(from, e)
@@ -99,7 +104,7 @@ local function sliding_log(keys, now, cost, commit, args)
   -- that finds where the log starts anyway. Counting them is for when some
   -- have (after a pause, then at most once per expiring entry).
   local first = 0
-  local oldest = at(0)
+  local oldest = at_text('0')
   if oldest and oldest[1] <= horizon then
     first = redis.call('ZCOUNT', key, '-inf', int(horizon))
     if commit then
@@ -127,7 +132,7 @@ local function sliding_log(keys, now, cost, commit, args)
   local used = 0
   local newest
   if oldest then
-    newest = at(-1)
+    newest = at_text('-1')
     used = span(oldest[2], newest)
   end
 
@@ -153,7 +158,10 @@ local function sliding_log(keys, now, cost, commit, args)
       -- No live entry has this member (live places differ: they span fewer
       -- than M units). An entry left over from before the window may: ZADD
       -- then moves it here, which is the same as deleting it and adding this.
-      redis.call('ZADD', key, int(score), member)
+      -- The score as a number: Redis turns it into text exactly (a whole
+      -- number of ms, far below 2^53, in any format ZADD reads as a float),
+      -- and a formatted one costs about 0.5 us.
+      redis.call('ZADD', key, score, member)
       used = used + cost
       reset = score - horizon
     end

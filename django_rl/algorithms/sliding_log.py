@@ -21,6 +21,7 @@ from django_rl.algorithms.base import (
     Reading,
     ScriptAlgorithm,
     algorithm_script,
+    new_tuple,
 )
 from django_rl.backends import LuaScript, RedisNode
 
@@ -61,7 +62,9 @@ class SlidingLog(ScriptAlgorithm, RateAlgorithm):
 
     def outcome(self, reply: Sequence[int]) -> Outcome:
         allowed, used, retry_ms, reset_ms = reply[:4]
-        return Outcome(bool(allowed), max(self.rate.limit - used, 0), retry_ms, reset_ms)
+        return new_tuple(
+            Outcome, (bool(allowed), max(self.rate.limit - used, 0), retry_ms, reset_ms)
+        )
 
     def times(self, node: RedisNode, key: str, now_ms: int | None = None) -> tuple[int, list[int]]:
         """Return ``(now, times)`` in ms: the scores of the entries in the window, newest first.

@@ -29,6 +29,7 @@ from django_rl.algorithms.base import (
     Reading,
     ScriptAlgorithm,
     algorithm_script,
+    new_tuple,
 )
 from django_rl.backends import LuaScript
 from django_rl.core.rates import Rate
@@ -58,7 +59,7 @@ class SlidingWindow(ScriptAlgorithm, RateAlgorithm):
 
     def outcome(self, reply: Sequence[int]) -> Outcome:
         allowed, remaining, retry_ms, reset_ms = reply[:4]
-        return Outcome(bool(allowed), remaining, retry_ms, reset_ms)
+        return new_tuple(Outcome, (bool(allowed), remaining, retry_ms, reset_ms))
 
     def reading(self, reply: Sequence[int]) -> Reading:
         curr, prev, elapsed = reply[4:7]

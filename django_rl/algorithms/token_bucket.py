@@ -19,6 +19,7 @@ from django_rl.algorithms.base import (
     Reading,
     ScriptAlgorithm,
     algorithm_script,
+    new_tuple,
     whole_count,
 )
 from django_rl.backends import LuaScript
@@ -60,7 +61,7 @@ class TokenBucket(BucketAlgorithm, ScriptAlgorithm):
 
     def outcome(self, reply: Sequence[int]) -> Outcome:
         allowed, units, retry_ms, reset_ms = reply
-        return Outcome(bool(allowed), units // self.rate.period_ms, retry_ms, reset_ms)
+        return new_tuple(Outcome, (bool(allowed), units // self.rate.period_ms, retry_ms, reset_ms))
 
     def reading(self, reply: Sequence[int]) -> Reading:
         tokens = reply[1] / self.rate.period_ms

@@ -128,14 +128,20 @@ class KeptConnectionClient(Redis):
 
     def _send_encoded(self, encoded: bytes) -> Any:
         connection: Any = self.connection  # redis-py's Connection is untyped
-        try:
-            sockets = self._on_socket
-            if sockets is None:
-                sockets = self._on_socket = _socket_path_possible(connection)
-            if sockets:
-                sock, reader = connection._sock, connection._parser._reader
-                if sock is not None and reader is not None:  # connected
+        sockets = self._on_socket
+        if sockets is None:
+            sockets = self._on_socket = _socket_path_possible(connection)
+        if sockets:
+            sock, reader = connection._sock, connection._parser._reader
+            if sock is not None and reader is not None:  # connected
+                # (It closes the connection on an error, as below, and acts on
+                # a server's maintenance notice that came with the reply.)
+                try:
                     return _exchange_on_socket(connection, sock, reader, encoded)
+                except BaseException:
+                    _reconnect_if_told(connection)
+                    raise
+        try:
             connection.send_packed_command([encoded])
             return _read_replies(connection, 1)[0]
         except _RETRIED_ERRORS:
@@ -392,6 +398,7 @@ def _exchange_on_socket(connection: Any, sock: Any, reader: Any, encoded: bytes)
         connection.disconnect()
         raise
     parser = connection._parser
+    pushed = False
     try:
         # redis-py before 8 may hold a reply its can_read() read ahead.
         if getattr(parser, "_next_response", _NOT_ENOUGH_DATA) is not _NOT_ENOUGH_DATA:
@@ -409,6 +416,7 @@ def _exchange_on_socket(connection: Any, sock: Any, reader: Any, encoded: bytes)
             if push is not None and isinstance(reply, push):  # RESP3, before the reply
                 parser.handle_push_response(reply)
                 reply = parser.read_response()  # the reply, after any more of them
+                pushed = True
     except TimeoutError as exc:  # socket.timeout
         connection.disconnect()
         raise RedisTimeoutError(f"Timeout reading from {connection._host_error()}") from exc
@@ -426,6 +434,12 @@ def _exchange_on_socket(connection: Any, sock: Any, reader: Any, encoded: bytes)
     if isinstance(reply, RedisConnectionError):  # LOADING and the like, as redis-py raises them
         connection.disconnect()
         raise reply
+    if pushed or getattr(connection, "_should_reconnect", False):
+        # A server's maintenance notice (redis-py 6+, RESP3), on this
+        # connection (a push before the reply) or on another of the pool,
+        # which marks this one. Read as redis-py's attribute first: the
+        # check itself costs 2 calls, on every decision.
+        _reconnect_if_told(connection)
     return reply
 
 

@@ -138,6 +138,11 @@ class DenyCache:
         self.max_age = max_age
         self.clock = clock
         self._entries: dict[str, _Denial] = {}
+        #: ``holds(key)``: whether a denial of ``key`` is remembered (true or
+        #: not, :meth:`lookup` decides). The dict's own ``get``, no Python
+        #: frame: every decision asks first, and nearly every answer is no.
+        #: (The dict is only ever changed in place, never replaced.)
+        self.holds = self._entries.get
         self._lock = threading.Lock()
         self.read_token = read_token
         self.check_interval = check_interval

@@ -15,6 +15,10 @@ import re
 MAX_IDENTITY_LENGTH = 100
 
 _SAFE_IDENTITY = re.compile(rf"[A-Za-z0-9.:_@-]{{1,{MAX_IDENTITY_LENGTH}}}")
+#: ``verbatim(identity)``: a match when ``identity`` (a plain ``str``) goes into
+#: keys as it is, else ``None`` (then :func:`safe_identity` says). The regex's
+#: own ``fullmatch``, for the decisions' path: no Python frame.
+verbatim = _SAFE_IDENTITY.fullmatch
 _SAFE_KIND = re.compile(r"[A-Za-z0-9._@-]{1,32}")
 #: Names that appear in keys: the key prefix and policy names.
 SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")

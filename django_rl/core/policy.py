@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from redis.exceptions import RedisError
 
 from django_rl.algorithms import Algorithm, Outcome, ParameterError, StaticAlgorithm, Unlimited
+from django_rl.algorithms.base import new_tuple
 from django_rl.algorithms.concurrency import Held
 from django_rl.backends import Backend, RedisNode
 from django_rl.backends.given_time import given_ms
@@ -24,7 +25,7 @@ from django_rl.core.decision import Decision
 from django_rl.core.deny_cache import DenyCache
 from django_rl.core.fallback import LocalFallback
 from django_rl.core.identities import IdentityFunction
-from django_rl.core.keys import safe_identity
+from django_rl.core.keys import safe_identity, verbatim
 from django_rl.core.plans import (
     CATALOGUE_TTL_MS,
     PlanRates,
@@ -38,7 +39,7 @@ from django_rl.core.reprs import short_repr
 from django_rl.exceptions import BackendError, ConfigurationError
 from django_rl.leases import Lease
 from django_rl.observability.denials import report_denial
-from django_rl.observability.history import record as record_history
+from django_rl.observability.history import RECORDER, field_of
 from django_rl.observability.metrics import count_decision, count_deny_cache_answer, metrics
 from django_rl.overrides.loader import LOADER, rules_for
 from django_rl.overrides.rules import BLOCK, EXEMPT, Rule
@@ -297,7 +298,8 @@ class Policy:
         if self.shadow:
             decision = replace(decision, shadow=True)
         count_decision(self.name, decision)
-        record_history(self.name, decision, identity)
+        # history.record, inline: this runs on every decision.
+        RECORDER.count(self.name, "a" if decision.allowed else field_of(decision), identity)
         return decision
 
     def _hit_identity(
@@ -367,16 +369,23 @@ class Policy:
 
     def _pending(self, variant: Variant, identity: str, cost: int) -> Pending | Decision:
         """Return the hit Redis must decide, or the deny cache's Decision for it."""
-        key = variant.key_head + safe_identity(identity) + variant.key_tail
+        # safe_identity, its usual case inline (a plain str kept verbatim):
+        # this, like the rest of this method, runs on every decision.
+        if type(identity) is not str or verbatim(identity) is None:
+            identity_in_key = safe_identity(identity)
+        else:
+            identity_in_key = identity
+        key = variant.key_head + identity_in_key + variant.key_tail
         denials = self.denials
         if denials is None or given_ms() is not None:
             # (A given time: the deny cache keeps this process's time, not that one.)
-            return Pending(self, variant, identity, key, cost, 0.0)
-        known = denials.lookup(key, cost)
-        if known is not None:
-            count_deny_cache_answer(self.name)
-            return known
-        return Pending(self, variant, identity, key, cost, denials.clock())
+            return new_tuple(Pending, (self, variant, identity, key, cost, 0.0))
+        if denials.holds(key) is not None:
+            known = denials.lookup(key, cost)
+            if known is not None:
+                count_deny_cache_answer(self.name)
+                return known
+        return new_tuple(Pending, (self, variant, identity, key, cost, denials.clock()))
 
     def answered(self, pending: Pending, outcome: Outcome, *, counted: bool = True) -> Decision:
         """Return the Decision of Redis's ``outcome`` for ``pending``.

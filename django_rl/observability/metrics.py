@@ -220,11 +220,15 @@ def _reread(*, setting: str, **kwargs: object) -> None:
 
 def count_decision(policy: str, decision: Decision) -> None:
     """Count one decision of ``policy`` (see the module)."""
-    # metrics() and result_of, inline for the usual case: this runs on every decision.
-    found = _metrics if _enabled else metrics() if _enabled is None else None
+    # metrics(), result_of and Metrics.count_decision, inline for the usual
+    # case: this runs on every decision.
+    found = _metrics if _enabled and _metrics is not None else metrics()
     if found is not None:
         allowed = decision.allowed and not decision.degraded
-        found.count_decision(policy, "allowed" if allowed else result_of(decision))
+        key = (policy, "allowed" if allowed else result_of(decision))
+        with found._counting:
+            decisions = found._decisions
+            decisions[key] = decisions.get(key, 0) + 1
 
 
 def count_deny_cache_answer(policy: str) -> None:
