@@ -118,10 +118,13 @@ class ClusterMember(RedisNode):
                 self.health.failed(exc, self.health.epoch)
                 raise exc
         try:
-            return super().run(key, operation, *args, **kwargs)
+            result = super().run(key, operation, *args, **kwargs)
         finally:
             if probe:
                 self._probing = False
+        if self._hung:
+            self._hung = False  # it answered
+        return result
 
     def _claim_probe(self) -> bool:
         now = time.monotonic()
@@ -175,8 +178,3 @@ class ClusterMember(RedisNode):
             makes_connections_stale(exc) or isinstance(exc, ClusterDownError)
         ):
             backend.refresh_soon()
-
-    def record_success(self, epoch: int | None = None) -> None:
-        if self._hung:
-            self._hung = False
-        super().record_success(epoch)

@@ -116,6 +116,19 @@ class KeptConnectionClient(Redis):
         a connection that had worked and broke is replaced and the command sent
         once more.
         """
+        connection: Any = self.connection  # redis-py's Connection is untyped
+        if self._on_socket and self._worked:
+            # _send_encoded's socket path, inline (this runs on every decision).
+            sock, reader = connection._sock, connection._parser._reader
+            if sock is not None and reader is not None:
+                try:
+                    return _exchange_on_socket(connection, sock, reader, encoded)
+                except RedisConnectionError:
+                    _reconnect_if_told(connection)
+                    self._reconnecting()  # as below: once more, on a new connection
+                except BaseException:
+                    _reconnect_if_told(connection)
+                    raise
         try:
             reply = self._send_encoded(encoded)
         except RedisConnectionError:

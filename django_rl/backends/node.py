@@ -285,14 +285,19 @@ class RedisNode:
 
         :raises redis.exceptions.RedisError: as ``operation`` does.
         """
+        health = self.health
         # Health.epoch, inline; see Health: calls that straddle a change.
-        epoch = self.health._epoch
+        epoch = health._epoch
         try:
             result = operation(self, key, *args, **kwargs)
         except RedisError as exc:
             self.record_failure(exc, epoch)
             raise
-        self.record_success(epoch)
+        # Health.succeeded's own first tests, inline (this runs on every
+        # decision): nothing to record while Redis is up and no incident of
+        # error replies is open.
+        if health.down or health._replies_seen:
+            self.record_success(epoch)
         return result
 
     def pipeline(self, queue: Callable[[Pipeline], T]) -> tuple[T, list[Any]]:

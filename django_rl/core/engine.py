@@ -29,7 +29,7 @@ from django_rl.core.decision import Decision
 from django_rl.core.inline import InlineSpec
 from django_rl.core.policies import Policy, get_policy, inline_policy
 from django_rl.core.policy import Pending
-from django_rl.http.headers import record
+from django_rl.http.headers import REQUEST_ATTRIBUTE, record
 
 #: The attribute that says whether any policy denied the request.
 LIMITED = "limited"
@@ -150,13 +150,18 @@ def hit_many(hits: Iterable[tuple[Policy | str, str, int]]) -> list[Decision]:
 
 def settle(request: Any, decisions: Sequence[Decision]) -> list[Decision]:
     """Record ``decisions`` on ``request`` and set ``request.limited``; return all its Decisions."""
-    every = record(request, decisions)
     http_request = getattr(request, "_request", request)
+    # headers.record, inline: this runs on every request a front door decides.
+    every: list[Decision] | None = getattr(http_request, REQUEST_ATTRIBUTE, None)
+    if every is None:
+        every = []
+        setattr(http_request, REQUEST_ATTRIBUTE, every)
+    every.extend(decisions)
     if not getattr(http_request, LIMITED, False):
-        # A shadow policy's denial limits nothing (Decision.denies).
+        # A shadow policy's denial limits nothing (Decision.denies, inline).
         limited = False
         for decision in decisions:
-            if decision.denies:
+            if not decision.allowed and not decision.shadow:
                 limited = True
                 break
         setattr(http_request, LIMITED, limited)
