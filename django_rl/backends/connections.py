@@ -339,20 +339,32 @@ def _read_replies(connection: Any, count: int) -> list[Any]:
     parser = connection._parser
     try:
         replies = [parser.read_response() for _ in range(count)]
-    except TimeoutError as exc:  # socket.timeout
-        connection.disconnect()
-        raise RedisTimeoutError(f"Timeout reading from {connection._host_error()}") from exc
-    except OSError as exc:
-        connection.disconnect()
-        raise RedisConnectionError(
-            f"Error while reading from {connection._host_error()} : {exc.args}"
-        ) from exc
-    except BaseException:
-        connection.disconnect()
-        raise
+    except BaseException as exc:
+        error = _failed_read(connection, exc)
+        if error is exc:
+            raise
+        raise error from exc
     if connection.health_check_interval:
         connection.next_health_check = time.monotonic() + connection.health_check_interval
     return replies
+
+
+def _failed_read(connection: Any, exc: BaseException) -> BaseException:
+    """Close ``connection`` after a read that failed with ``exc``; return what to raise.
+
+    redis-py's errors for a read (``Connection.read_response``): a socket
+    timeout is its ``TimeoutError``, another ``OSError`` its
+    ``ConnectionError``, both naming the server; anything else as it is.
+    Replies may be left unread: the connection cannot be reused as is.
+    """
+    connection.disconnect()
+    if isinstance(exc, TimeoutError):  # socket.timeout
+        return RedisTimeoutError(f"Timeout reading from {connection._host_error()}")
+    if isinstance(exc, OSError):
+        return RedisConnectionError(
+            f"Error while reading from {connection._host_error()} : {exc.args}"
+        )
+    return exc
 
 
 def _socket_path_possible(connection: Any) -> bool:
@@ -430,20 +442,11 @@ def _exchange_on_socket(connection: Any, sock: Any, reader: Any, encoded: bytes)
                 parser.handle_push_response(reply)
                 reply = parser.read_response()  # the reply, after any more of them
                 pushed = True
-    except TimeoutError as exc:  # socket.timeout
-        connection.disconnect()
-        raise RedisTimeoutError(f"Timeout reading from {connection._host_error()}") from exc
-    except RedisConnectionError:
-        connection.disconnect()
-        raise
-    except OSError as exc:
-        connection.disconnect()
-        raise RedisConnectionError(
-            f"Error while reading from {connection._host_error()} : {exc.args}"
-        ) from exc
-    except BaseException:
-        connection.disconnect()
-        raise
+    except BaseException as exc:
+        error = _failed_read(connection, exc)
+        if error is exc:
+            raise
+        raise error from exc
     if isinstance(reply, RedisConnectionError):  # LOADING and the like, as redis-py raises them
         connection.disconnect()
         raise reply
