@@ -117,18 +117,28 @@ class KeptConnectionClient(Redis):
         once more.
         """
         connection: Any = self.connection  # redis-py's Connection is untyped
-        if self._on_socket and self._worked:
-            # _send_encoded's socket path, inline (this runs on every decision).
+        sockets = self._on_socket
+        if sockets is None:
+            sockets = self._on_socket = _socket_path_possible(connection)
+        if sockets:
             sock, reader = connection._sock, connection._parser._reader
-            if sock is not None and reader is not None:
+            if sock is not None and reader is not None:  # connected
+                # (It closes the connection on an error, as redis-py's way
+                # does, and acts on a maintenance notice that came with the reply.)
                 try:
-                    return _exchange_on_socket(connection, sock, reader, encoded)
+                    reply = _exchange_on_socket(connection, sock, reader, encoded)
                 except RedisConnectionError:
                     _reconnect_if_told(connection)
-                    self._reconnecting()  # as below: once more, on a new connection
+                    if not self._worked:
+                        raise
+                    self._reconnecting()
+                    # Once more, on a new connection (redis-py's way connects it).
+                    reply = self._send_encoded(encoded)
                 except BaseException:
                     _reconnect_if_told(connection)
                     raise
+                self._worked = True
+                return reply
         try:
             reply = self._send_encoded(encoded)
         except RedisConnectionError:
@@ -140,20 +150,9 @@ class KeptConnectionClient(Redis):
         return reply
 
     def _send_encoded(self, encoded: bytes) -> Any:
+        # redis-py's way: its send, then its parser (a connection not yet
+        # connected, or one the socket path does not fit).
         connection: Any = self.connection  # redis-py's Connection is untyped
-        sockets = self._on_socket
-        if sockets is None:
-            sockets = self._on_socket = _socket_path_possible(connection)
-        if sockets:
-            sock, reader = connection._sock, connection._parser._reader
-            if sock is not None and reader is not None:  # connected
-                # (It closes the connection on an error, as below, and acts on
-                # a server's maintenance notice that came with the reply.)
-                try:
-                    return _exchange_on_socket(connection, sock, reader, encoded)
-                except BaseException:
-                    _reconnect_if_told(connection)
-                    raise
         try:
             connection.send_packed_command([encoded])
             return _read_replies(connection, 1)[0]
