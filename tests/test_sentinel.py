@@ -34,19 +34,28 @@ def test_the_django_cache_and_decisions_reach_the_primary(on_sentinel):
     assert primary.get(":1:greeting") is not None
 
 
-def test_a_dead_sentinel_costs_a_new_connection_no_more_than_a_timeout(on_sentinel):
+def test_a_dead_sentinel_costs_a_new_connection_no_more_than_a_timeout(on_sentinel, settings):
     # With SENTINEL_KWARGS as advised, the first sentinel refusing costs
     # nothing: the next one answers. (redis-py's default retries took 4 s here.)
+    # Up to 3 tries, each on a new pool (a new connection, so the sentinels are
+    # asked again): retries or a wait for the dead one make every try slow,
+    # while a busy machine (the suite's parallel runs; 0.75 s once in CI) makes
+    # one slow, not three.
     first = on_sentinel.sentinels[0]
     first.stop()
+    took: list[float] = []
     try:
-        started = time.monotonic()
-        decision = get_policy("tb").hit("ip:192.0.2.2")  # a new pool: a new connection
-        took = time.monotonic() - started
+        for _ in range(3):
+            settings.CACHES = on_sentinel.caches(timeout=TIMEOUT)  # a new pool
+            started = time.monotonic()
+            decision = get_policy("tb").hit("ip:192.0.2.2")
+            took.append(time.monotonic() - started)
+            assert not decision.degraded
+            if took[-1] < TIMEOUT:
+                break
     finally:
         first.start()
-    assert not decision.degraded
-    assert took < TIMEOUT
+    assert min(took) < TIMEOUT, took
 
 
 def test_after_a_failover_decisions_leave_the_demoted_primary_for_the_new_one(on_sentinel):
