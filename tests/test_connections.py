@@ -11,7 +11,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_rl import get_policy
-from django_rl.backends import get_backend
+from django_rl.backends import get_backend, resp
 from django_rl.backends import node as redis_node
 from tests.redis_server import RedisServer, caches_for
 
@@ -91,11 +91,27 @@ def test_a_redis_restart_costs_no_decision(caplog):
     assert caplog.records == []
 
 
-def test_an_error_reply_in_a_multi_leaves_the_connection_usable(redis_client):
+def encoded_transaction(commands) -> bytes:
+    """Return MULTI, ``commands`` and EXEC in RESP, as ``fixed_window.py`` encodes its hit's."""
+    return b"".join(
+        [resp.command(["MULTI"]), *(resp.command(c) for c in commands), resp.command(["EXEC"])]
+    )
+
+
+def run_transaction(client, commands, how: str):
+    """Run ``commands`` in one MULTI/EXEC: as given (redis-py's packer), or encoded already."""
+    if how == "commands":
+        return client.transaction_replies(commands)
+    return client.transaction_encoded(encoded_transaction(commands), len(commands))
+
+
+@pytest.mark.parametrize("how", ["commands", "encoded"])
+def test_an_error_reply_in_a_multi_leaves_the_connection_usable(redis_client, how):
     # The server refuses a command when it is queued (then EXEC answers
     # EXECABORT: OOM, NOPERM, wrong arguments), or inside EXEC (WRONGTYPE).
     client = get_backend("default").client  # this thread's kept connection
     connection = client.client_id()
+    redis_client.delete("k")
     redis_client.hset("a-hash", "f", "v")
     refused = [
         ([("INCRBY", "k")], "wrong number of arguments for 'incrby'"),
@@ -104,11 +120,11 @@ def test_an_error_reply_in_a_multi_leaves_the_connection_usable(redis_client):
     ]
     for commands, error in refused:
         with pytest.raises(ResponseError, match=error):
-            client.transaction_replies(commands)
+            run_transaction(client, commands, how)
         # Every reply was read: the same connection, in step, answers the next one.
         assert client.client_id() == connection
     # The INCRBY of the transaction whose other command failed inside EXEC ran.
-    assert client.transaction_replies([("INCRBY", "k", 2), ("PTTL", "k")]) == [3, -1]
+    assert run_transaction(client, [("INCRBY", "k", 2), ("PTTL", "k")], how) == [3, -1]
     assert get_backend("default").client is client
 
 
@@ -234,6 +250,52 @@ def test_a_decision_on_the_socket_path_reads_its_reply_and_every_error_as_redis_
                 assert client.connection._sock is None  # closed: a reply may be left unread
             finally:
                 server.resume()
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_transaction_on_the_socket_path_reads_its_replies_and_every_error_as_redis_py(
+    redis_server, protocol
+):
+    # The fixed window's MULTI/EXEC, encoded already: one write, its five
+    # replies read off the socket, RESP2 and RESP3; errors as redis-py's.
+    server = RedisServer()
+    server.start()
+    try:
+        with override_settings(
+            CACHES=caches_for(server.url, CONNECTION_POOL_KWARGS={"protocol": protocol})
+        ):
+            client = get_backend("default").client
+            assert client.ping() is True
+
+            def count() -> int:
+                commands = [("INCRBY", "tx-k", 1), ("PEXPIRE", "tx-k", 60_000), ("PTTL", "tx-k")]
+                hits, expiry_set, ttl = client.transaction_encoded(encoded_transaction(commands), 3)
+                assert expiry_set == 1 and 0 < ttl <= 60_000
+                return hits
+
+            connection = client.connection
+            recorder = connection._sock = RecordingSocket(connection._sock)
+            assert count() == 1
+            assert len(recorder.sent) == 1  # one write for the whole transaction
+            assert client._on_socket is True and connection.protocol == protocol
+            with pytest.raises(ResponseError, match="WRONGTYPE"):
+                server.client().hset("tx-hash", "f", "v")
+                client.transaction_encoded(encoded_transaction([("INCRBY", "tx-hash", 1)]), 1)
+            assert count() == 2  # in step
+            # The server closes the connection: a new one, the transaction sent once more.
+            (victim,) = [c for c in server.client().client_list() if c["cmd"] != "client|list"]
+            server.client().client_kill_filter(_id=victim["id"])
+            assert count() == 3
+            server.pause()  # SIGSTOP: connected, no answer
+            try:
+                with pytest.raises(RedisTimeoutError, match="Timeout reading"):
+                    count()
+                assert client.connection._sock is None  # closed: replies may be left unread
+            finally:
+                server.resume()
+            assert count() == 5  # the one that timed out had reached the server
     finally:
         server.close()
 

@@ -36,3 +36,28 @@ def test_common_and_other_values(value):
 def test_other_types_are_refused(value):
     with pytest.raises(TypeError):
         resp.bulk(value)
+
+
+@given(
+    st.text(max_size=40),
+    st.integers(min_value=-1, max_value=10**15),
+    st.integers(min_value=1, max_value=10**6),
+    st.booleans(),
+)
+def test_the_fixed_windows_transaction_is_encoded_as_redis_py_encodes_it(key, window, cost, nx):
+    from django_rl.algorithms.fixed_window import FixedWindow
+    from django_rl.core.rates import parse_rate
+
+    algorithm = FixedWindow(parse_rate("5/m"))
+    window_key, end, flags = f"{key}:{window}", (window + 1) * 60_000, ("NX",) if nx else ()
+    expected = b"".join(
+        [
+            redis_py("MULTI"),
+            redis_py("INCRBY", window_key, cost),
+            redis_py("PEXPIREAT", window_key, end, *flags),
+            redis_py("PTTL", window_key),
+            redis_py("EXEC"),
+        ]
+    )
+    assert algorithm._encoded(window_key, cost, end, flags) == expected
+    assert algorithm._encoded(window_key, cost, end, flags) == expected  # its end kept

@@ -55,6 +55,8 @@ from django_rl.algorithms.base import (
     read_now,
 )
 from django_rl.backends.clock import ClockError
+from django_rl.backends.connections import direct_client
+from django_rl.backends.resp import bulk
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
@@ -68,10 +70,24 @@ if TYPE_CHECKING:
 MAX_ATTEMPTS = 4
 
 
+#: The hit's transaction in RESP, but for the key (three times), the cost and
+#: the window's end: ``MULTI; INCRBY; PEXPIREAT [NX]; PTTL; EXEC``.
+_HIT_NX = (
+    b"*1\r\n$5\r\nMULTI\r\n*3\r\n$6\r\nINCRBY\r\n%b%b*4\r\n$9\r\nPEXPIREAT\r\n%b%b"
+    b"$2\r\nNX\r\n*2\r\n$4\r\nPTTL\r\n%b*1\r\n$4\r\nEXEC\r\n"
+)
+_HIT = (
+    b"*1\r\n$5\r\nMULTI\r\n*3\r\n$6\r\nINCRBY\r\n%b%b*3\r\n$9\r\nPEXPIREAT\r\n%b%b"
+    b"*2\r\n$4\r\nPTTL\r\n%b*1\r\n$4\r\nEXEC\r\n"
+)
+
+
 class FixedWindow(RateAlgorithm):
     name: ClassVar[str] = "fixed_window"
     # The counter only grows until the window ends.
     denial_holds_for_any_cost: ClassVar[bool] = True
+    #: The last window end encoded, with its encoding (:meth:`_encoded`).
+    _end_encoded: tuple[int, bytes] = (-1, b"")
 
     def _window(self, node: RedisNode) -> int:
         return node.now_ms() // self.rate.period_ms
@@ -105,15 +121,19 @@ class FixedWindow(RateAlgorithm):
             window = max(self._window(node), earliest)
             window_key = f"{key}:{window}"
             end = (window + 1) * period
+            client = node.client
             sent = time.monotonic()
-            replies = node.client.transaction_replies(
-                (
-                    *undo,
-                    ("INCRBY", window_key, cost),
-                    ("PEXPIREAT", window_key, end, *nx),
-                    ("PTTL", window_key),
+            if not undo and direct_client(client) is not None:
+                replies = client.transaction_encoded(self._encoded(window_key, cost, end, nx), 3)
+            else:
+                replies = client.transaction_replies(
+                    (
+                        *undo,
+                        ("INCRBY", window_key, cost),
+                        ("PEXPIREAT", window_key, end, *nx),
+                        ("PTTL", window_key),
+                    )
                 )
-            )
             received = time.monotonic()
             count, _, ttl_ms = replies[len(undo) :]
             undo = ()
@@ -141,6 +161,23 @@ class FixedWindow(RateAlgorithm):
             f"no current window found on the Redis server's clock in {MAX_ATTEMPTS} attempts"
             + (" (a hit stays counted in a later window)" if undo else "")
         )
+
+    def _encoded(self, window_key: str, cost: int, end: int, nx: tuple[str, ...]) -> bytes:
+        """Return the hit's transaction in RESP, as ``transaction_replies`` would send it.
+
+        Encoded here in one formatting: the commands' names and ``NX`` are
+        fixed, the window's end changes once a window (kept, with its
+        encoding), the cost is nearly always one of the few encoded once
+        (``resp.bulk``); only the key is encoded per hit. Byte for byte what
+        ``resp.command`` makes of each command (``tests/test_resp.py``).
+        """
+        ends = self._end_encoded
+        if ends[0] != end:
+            # (Replaced whole: threads read it without a lock.)
+            ends = self._end_encoded = (end, bulk(end))
+        data = window_key.encode()
+        at = b"$%d\r\n%b\r\n" % (len(data), data)
+        return (_HIT_NX if nx else _HIT) % (at, bulk(cost), at, ends[1], at)
 
     def _hit_by_app_clock(self, node: RedisNode, key: str, cost: int) -> Outcome:
         """Count the hit in the window of this host's clock (``CLOCK: "app"``).

@@ -116,6 +116,42 @@ class KeptConnectionClient(Redis):
         a connection that had worked and broke is replaced and the command sent
         once more.
         """
+        # _exchange_encoded for one reply, inline: this runs on every decision.
+        connection: Any = self.connection  # redis-py's Connection is untyped
+        sockets = self._on_socket
+        if sockets is None:
+            sockets = self._on_socket = _socket_path_possible(connection)
+        if sockets:
+            sock, reader = connection._sock, connection._parser._reader
+            if sock is not None and reader is not None:  # connected
+                try:
+                    reply = _exchange_on_socket(connection, sock, reader, encoded)
+                except RedisConnectionError:
+                    _reconnect_if_told(connection)
+                    if not self._worked:
+                        raise
+                    self._reconnecting()
+                    reply = self._send_encoded(encoded, 1)[0]
+                except BaseException:
+                    _reconnect_if_told(connection)
+                    raise
+                self._worked = True
+                return reply
+        return self._exchange_encoded(encoded, 1)[0]
+
+    def transaction_encoded(self, encoded: bytes, count: int) -> list[Any]:
+        """Run a MULTI/EXEC already encoded in RESP (``count`` commands); return their replies.
+
+        ``encoded`` is ``MULTI``, the ``count`` commands and ``EXEC``, as
+        :meth:`transaction_replies` would send them (for a caller that
+        encodes a transaction's unchanging parts once, ``fixed_window.py``).
+        Only when :meth:`direct_ready`. Replies, errors and the one resend on a
+        new connection as :meth:`transaction_replies`.
+        """
+        return _transaction_result(self._exchange_encoded(encoded, count + 2), asking=False)
+
+    def _exchange_encoded(self, encoded: bytes, count: int) -> list[Any]:
+        """Send ``encoded``; return its ``count`` replies as read, error replies in place."""
         connection: Any = self.connection  # redis-py's Connection is untyped
         sockets = self._on_socket
         if sockets is None:
@@ -126,36 +162,36 @@ class KeptConnectionClient(Redis):
                 # (It closes the connection on an error, as redis-py's way
                 # does, and acts on a maintenance notice that came with the reply.)
                 try:
-                    reply = _exchange_on_socket(connection, sock, reader, encoded)
+                    replies = _exchange_many_on_socket(connection, sock, reader, encoded, count)
                 except RedisConnectionError:
                     _reconnect_if_told(connection)
                     if not self._worked:
                         raise
                     self._reconnecting()
                     # Once more, on a new connection (redis-py's way connects it).
-                    reply = self._send_encoded(encoded)
+                    replies = self._send_encoded(encoded, count)
                 except BaseException:
                     _reconnect_if_told(connection)
                     raise
                 self._worked = True
-                return reply
+                return replies
         try:
-            reply = self._send_encoded(encoded)
+            replies = self._send_encoded(encoded, count)
         except RedisConnectionError:
             if not self._worked:
                 raise
             self._reconnecting()
-            reply = self._send_encoded(encoded)
+            replies = self._send_encoded(encoded, count)
         self._worked = True
-        return reply
+        return replies
 
-    def _send_encoded(self, encoded: bytes) -> Any:
+    def _send_encoded(self, encoded: bytes, count: int) -> list[Any]:
         # redis-py's way: its send, then its parser (a connection not yet
         # connected, or one the socket path does not fit).
         connection: Any = self.connection  # redis-py's Connection is untyped
         try:
             connection.send_packed_command([encoded])
-            return _read_replies(connection, 1)[0]
+            return _read_replies(connection, count)
         except _RETRIED_ERRORS:
             connection.disconnect()
             raise
@@ -267,18 +303,25 @@ class KeptConnectionClient(Redis):
             # Replies may be left unread on the socket: it cannot be reused as is.
             connection.disconnect()
             raise
-        error: ResponseError | None = None
-        for reply in read[asking:]:
-            if isinstance(reply, ResponseError):
-                error = reply
-                break  # the first, which says why (EXECABORT only says that one failed)
-        if error is not None:
-            raise error
-        replies: list[Any] = read[-1]
-        for reply in replies:
-            if isinstance(reply, ResponseError):
-                raise reply
-        return replies
+        return _transaction_result(read, asking=asking)
+
+
+def _transaction_result(read: list[Any], *, asking: bool) -> list[Any]:
+    """Return EXEC's replies from every reply of a transaction (``read``), or raise its error.
+
+    ``read``: ASKING's +OK if ``asking``, MULTI's +OK, a +QUEUED per command
+    (or the error a command was refused with when queued), then EXEC's array
+    (or EXECABORT). The first error reply is raised: it says why
+    (EXECABORT only says that one failed); then an error inside EXEC's array.
+    """
+    for reply in read[asking:]:
+        if isinstance(reply, ResponseError):
+            raise reply
+    replies: list[Any] = read[-1]
+    for reply in replies:
+        if isinstance(reply, ResponseError):
+            raise reply
+    return replies
 
 
 #: Errors redis-py's retry would handle (no answer, a timeout; socket.timeout
@@ -407,20 +450,16 @@ def _exchange_on_socket(connection: Any, sock: Any, reader: Any, encoded: bytes)
     ``ConnectionError``), raised as redis-py raises it; RESP3 push messages
     before the reply go to redis-py's handlers. Without redis-py's layers
     between the two system calls, which cost a decision several µs of CPU
-    around a round trip (docs/performance.md).
+    around a round trip (docs/performance.md). (:func:`_exchange_many_on_socket`
+    for several replies; this one, for one, stays the shortest path.)
     """
     try:
         sock.sendall(encoded)
-    except TimeoutError:  # socket.timeout
-        connection.disconnect()
-        raise RedisTimeoutError("Timeout writing to socket") from None
-    except OSError as exc:
-        connection.disconnect()
-        errno, message = ("UNKNOWN", exc.args[0]) if len(exc.args) == 1 else exc.args[:2]
-        raise RedisConnectionError(f"Error {errno} while writing to socket. {message}.") from None
-    except BaseException:
-        connection.disconnect()
-        raise
+    except BaseException as exc:
+        error = _failed_write(connection, exc)
+        if error is exc:
+            raise
+        raise error from None
     parser = connection._parser
     pushed = False
     try:
@@ -456,6 +495,75 @@ def _exchange_on_socket(connection: Any, sock: Any, reader: Any, encoded: bytes)
         # check itself costs 2 calls, on every decision.
         _reconnect_if_told(connection)
     return reply
+
+
+def _exchange_many_on_socket(
+    connection: Any, sock: Any, reader: Any, encoded: bytes, count: int
+) -> list[Any]:
+    """As :func:`_exchange_on_socket`, for ``count`` replies (a transaction's); return them.
+
+    Each reply as redis-py's parser's ``read_response`` gives it: an error
+    reply in its place, one that means the server cannot serve raised
+    (alone, or first in an array, as EXEC's), push messages among them
+    handled by redis-py's handlers.
+    """
+    try:
+        sock.sendall(encoded)
+    except BaseException as exc:
+        error = _failed_write(connection, exc)
+        if error is exc:
+            raise
+        raise error from None
+    parser = connection._parser
+    pushed = False
+    replies: list[Any] = []
+    try:
+        if getattr(parser, "_next_response", _NOT_ENOUGH_DATA) is not _NOT_ENOUGH_DATA:
+            replies = [parser.read_response() for _ in range(count)]  # (redis-py before 8)
+        else:
+            buffer = parser._buffer
+            push = getattr(parser, "_hiredis_PushNotificationType", None)
+            while len(replies) < count:
+                reply = reader.gets()
+                while reply is _NOT_ENOUGH_DATA:
+                    read = sock.recv_into(buffer)
+                    if not read:
+                        raise RedisConnectionError("Connection closed by server.")
+                    reader.feed(buffer, 0, read)
+                    reply = reader.gets()
+                if push is not None and isinstance(reply, push):  # RESP3: not a reply
+                    parser.handle_push_response(reply)
+                    pushed = True
+                    continue
+                if isinstance(reply, RedisConnectionError):
+                    raise reply  # LOADING and the like
+                if type(reply) is list and reply and isinstance(reply[0], RedisConnectionError):
+                    raise reply[0]
+                replies.append(reply)
+    except BaseException as exc:
+        error = _failed_read(connection, exc)  # (it closes the connection)
+        if error is exc:
+            raise
+        raise error from exc
+    if pushed or getattr(connection, "_should_reconnect", False):
+        _reconnect_if_told(connection)  # see _exchange_on_socket
+    return replies
+
+
+def _failed_write(connection: Any, exc: BaseException) -> BaseException:
+    """Close ``connection`` after a write that failed with ``exc``; return what to raise.
+
+    redis-py's errors for a write (``Connection.send_packed_command``): a
+    socket timeout is its ``TimeoutError``, another ``OSError`` its
+    ``ConnectionError``; anything else as it is.
+    """
+    connection.disconnect()
+    if isinstance(exc, TimeoutError):  # socket.timeout
+        return RedisTimeoutError("Timeout writing to socket")
+    if isinstance(exc, OSError):
+        errno, message = ("UNKNOWN", exc.args[0]) if len(exc.args) == 1 else exc.args[:2]
+        return RedisConnectionError(f"Error {errno} while writing to socket. {message}.")
+    return exc
 
 
 def _read_one(connection: Any) -> Any:
@@ -505,6 +613,13 @@ def _direct_possible(connection: Any) -> bool:
         return recorder._get_or_create_collector() is None
     except Exception:  # a change of redis-py's internals: take its own way
         return False
+
+
+def direct_client(client: Redis) -> KeptConnectionClient | None:
+    """Return ``client`` if it takes commands encoded already (``send_encoded``), else ``None``."""
+    if type(client) is KeptConnectionClient and client.direct_ready():
+        return client
+    return None
 
 
 def discard(client: Redis) -> None:

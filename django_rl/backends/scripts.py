@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from django_rl.backends.connections import KeptConnectionClient
+from django_rl.backends.connections import KeptConnectionClient, direct_client
 from django_rl.backends.resp import Argument, bulk
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class LuaScript:
         script of several policies, dozens of arguments). NOSCRIPT goes
         :meth:`__call__`'s way (EVAL).
         """
-        direct = _direct_client(client)
+        direct = direct_client(client)
         if direct is not None:
             encoded = b"".join(
                 [
@@ -98,13 +98,6 @@ _EVALSHA = bulk("EVALSHA")
 _MAX_TAILS = 64
 
 
-def _direct_client(client: Redis) -> KeptConnectionClient | None:
-    """Return ``client`` if a command may be sent to it already encoded, else ``None``."""
-    if type(client) is KeptConnectionClient and client.direct_ready():
-        return client
-    return None
-
-
 class EncodedScript:
     """EVALSHA of ``script`` on one key, its fixed arguments encoded once.
 
@@ -128,7 +121,7 @@ class EncodedScript:
 
     def __call__(self, client: Redis, key: str, *variable: int | str) -> Any:
         """Run the script on ``client`` with ``key``, the fixed arguments, then ``variable``."""
-        # _direct_client, inline: this runs on every decision.
+        # direct_client, inline: this runs on every decision.
         if (
             type(client) is KeptConnectionClient
             and not client.asking
