@@ -53,6 +53,8 @@ class PolicyThrottle(BaseThrottle):
         """
         scope = getattr(view, "throttle_scope", None)
         more = getattr(view, "throttle_policies", ())
+        if scope and more == () and type(more) is tuple:
+            return (scope,)  # the usual view: its scope alone
         if not isinstance(more, (list, tuple)) or not all(isinstance(n, str) for n in more):
             raise ConfigurationError(
                 f"{type(view).__name__}.throttle_policies is {short_repr(more)}",
@@ -70,6 +72,19 @@ class PolicyThrottle(BaseThrottle):
         if not names:
             engine.unlimited(request)
             return True
+        if len(names) == 1:
+            # One policy, the usual view: what follows, without its lists.
+            decision, every = engine.decide_one(request, get_policy(names[0]))
+            if decision is None:
+                self.decisions = ()
+                write_view_headers(view, every)
+                return True
+            self.decisions = (decision,)
+            write_view_headers(view, every)
+            lease = decision.lease
+            if lease is not None and not lease.released:
+                hold_until_done(view, [lease])
+            return decision.allowed or decision.shadow  # (not Decision.denies)
         decisions = engine.hit_all(request, [get_policy(name) for name in names])
         self.decisions = tuple(decisions)
         write_view_headers(view, engine.settle(request, decisions))

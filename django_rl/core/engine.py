@@ -56,6 +56,15 @@ class Limit:
     def applies(self, request: Any) -> bool:
         return self.methods is None or request.method in self.methods
 
+    def only(self) -> Policy | None:
+        """Return the limit's policy when it has one (the usual view), else ``None``.
+
+        :raises ConfigurationError: for one that is missing or invalid.
+        """
+        if self.inline is None:
+            return get_policy(self.names[0]) if len(self.names) == 1 else None
+        return inline_policy(self.inline) if not self.names else None
+
     def policies(self) -> list[Policy]:
         """Return the named policies, then the inline one.
 
@@ -148,6 +157,37 @@ def hit_many(hits: Iterable[tuple[Policy | str, str, int]]) -> list[Decision]:
     ]
 
 
+def decide_one(
+    request: Any, policy: Policy, cost: int = 1
+) -> tuple[Decision | None, list[Decision]]:
+    """Hit ``policy`` alone for ``request``, record and settle; return its and all the Decisions.
+
+    All: every Decision recorded on the request so far, its own last.
+
+    What :func:`hit_all` then :func:`settle` do for one policy (the usual
+    view: one ``@ratelimit`` use of one policy, a throttle of one scope),
+    without their lists. The Decision is ``None`` when the policy does not
+    apply to the request.
+    """
+    decision = policy.hit_request(request, cost)
+    http_request = getattr(request, "_request", request)
+    # headers.record, inline, as in settle.
+    every: list[Decision] | None = getattr(http_request, REQUEST_ATTRIBUTE, None)
+    if every is None:
+        every = []
+        setattr(http_request, REQUEST_ATTRIBUTE, every)
+    if decision is not None:
+        every.append(decision)
+    if not getattr(http_request, LIMITED, False):
+        # A shadow policy's denial limits nothing (Decision.denies, inline).
+        setattr(
+            http_request,
+            LIMITED,
+            decision is not None and not decision.allowed and not decision.shadow,
+        )
+    return decision, every
+
+
 def settle(request: Any, decisions: Sequence[Decision]) -> list[Decision]:
     """Record ``decisions`` on ``request`` and set ``request.limited``; return all its Decisions."""
     http_request = getattr(request, "_request", request)
@@ -196,6 +236,12 @@ def decide(request: Any, limits: Sequence[Limit]) -> Verdict:
     """
     if len(limits) == 1:  # one @ratelimit use: no owners to tell apart
         limit = limits[0]
+        policy = limit.only() if limit.applies(request) else None
+        if policy is not None:
+            decision, _ = decide_one(request, policy, limit.cost)
+            if decision is None:
+                return Verdict([], [])
+            return Verdict([decision], [decision] if limit.block and decision.denies else [])
         if limit.applies(request):
             cost = limit.cost
             made = _hit_weighted(request, [(policy, cost) for policy in limit.policies()])
