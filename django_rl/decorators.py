@@ -38,6 +38,7 @@ from django_rl import leases
 from django_rl.core import engine, inline
 from django_rl.core.engine import Limit
 from django_rl.core.plans import is_rate_function
+from django_rl.core.policies import get_policy
 from django_rl.core.rates import parse_rate
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import RateLimited
@@ -313,7 +314,21 @@ def _wrap(
             if drf is not None and drf.is_drf_request(request):
                 drf.decide(request, (limit,))  # raises Throttled when it blocks a denial
                 return view(*args, **kwargs)
-        if limit.applies(request):
+        methods = limit.methods
+        if methods is None or request.method in methods:  # (Limit.applies)
+            name = limit.single
+            if name is not None:
+                # One named policy, the usual view: _check's way, without its frames.
+                decision, every = engine.decide_one(request, get_policy(name), limit.cost)
+                if decision is not None:
+                    if limit.block and not decision.allowed and not decision.shadow:
+                        return too_many_requests(request, RateLimited([decision]))
+                    lease = decision.lease
+                    if lease is not None and not lease.released:
+                        return _holding(view, args, kwargs, request, [lease])
+                response = view(*args, **kwargs)
+                write_headers(response, every)  # (the request's list: the view's own too)
+                return response
             denied, held = _check(request, limit)
             if denied is not None:
                 return denied

@@ -75,12 +75,13 @@ class PolicyThrottle(BaseThrottle):
         if len(names) == 1:
             # One policy, the usual view: what follows, without its lists.
             decision, every = engine.decide_one(request, get_policy(names[0]))
+            headers = getattr(view, "headers", None)
+            if isinstance(headers, dict):  # (write_view_headers)
+                write_headers(headers, every)
             if decision is None:
                 self.decisions = ()
-                write_view_headers(view, every)
                 return True
             self.decisions = (decision,)
-            write_view_headers(view, every)
             lease = decision.lease
             if lease is not None and not lease.released:
                 hold_until_done(view, [lease])

@@ -118,7 +118,7 @@ class FixedWindow(RateAlgorithm):
         earliest = -1  # the lowest window the server may still be in
         undo: tuple[tuple[str, str, int], ...] = ()
         for attempt in range(MAX_ATTEMPTS):
-            window = max(self._window(node), earliest)
+            window = max(node.server_now_ms() // period, earliest)  # (not app_clock: above)
             window_key = f"{key}:{window}"
             end = (window + 1) * period
             client = node.client

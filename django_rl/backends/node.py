@@ -264,6 +264,16 @@ class RedisNode:
             # Callers treat Redis trouble as RedisError, whichever call met it.
             raise RedisConnectionError(str(exc)) from exc
 
+    def server_now_ms(self) -> int:
+        """Return :meth:`now_ms` for a caller that knows the clock is the server's.
+
+        :raises redis.exceptions.RedisError: as :meth:`now_ms`.
+        """
+        try:
+            return self.clock.now_ms()
+        except ClockUnavailable as exc:
+            raise RedisConnectionError(str(exc)) from exc
+
     def now_range_ms(self) -> tuple[int, int]:
         """Return the bounds of this server's time in ms (see ServerClock.now_range_ms).
 

@@ -21,7 +21,7 @@ policy applies (no Decision), so a view can always read them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from django_rl.core import together
@@ -52,6 +52,12 @@ class Limit:
     methods: frozenset[str] | None = None
     inline: InlineSpec | None = None
     block: bool = True
+    #: The name of the one named policy, when that is all the limit has (the usual view).
+    single: str | None = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        single = self.names[0] if len(self.names) == 1 and self.inline is None else None
+        object.__setattr__(self, "single", single)  # (frozen: set once, here)
 
     def applies(self, request: Any) -> bool:
         return self.methods is None or request.method in self.methods
@@ -61,9 +67,9 @@ class Limit:
 
         :raises ConfigurationError: for one that is missing or invalid.
         """
-        if self.inline is None:
-            return get_policy(self.names[0]) if len(self.names) == 1 else None
-        return inline_policy(self.inline) if not self.names else None
+        if self.single is not None:
+            return get_policy(self.single)
+        return inline_policy(self.inline) if self.inline is not None and not self.names else None
 
     def policies(self) -> list[Policy]:
         """Return the named policies, then the inline one.

@@ -587,7 +587,11 @@ class Policy:
         decision: Decision | None = self._hit_request(request, identity, cost)  # type: ignore[assignment]
         if decision is None:
             return None
-        return self.report_request(request, identity, decision)
+        # report_request, inline: this runs on every request a front door decides.
+        decision = self.report(identity, decision)
+        if not decision.allowed:
+            report_denial(request, self.name, identity, decision)
+        return decision
 
     def prepare_request(
         self, request: Any, cost: int = 1, *, identity: str | object | None = _IDENTIFY
