@@ -61,18 +61,7 @@ def _check(request: HttpRequest, limit: Limit) -> tuple[HttpResponse | None, lis
     back when the response is done. A request refused takes none: all or
     nothing, no policy counted it.
     """
-    policy = limit.only()
-    if policy is not None:
-        # One policy, the usual view: engine.decide for it, without its lists.
-        decision, _ = engine.decide_one(request, policy, limit.cost)
-        if decision is None:
-            return None, []
-        if limit.block and not decision.allowed and not decision.shadow:  # (Decision.denies)
-            # A denied hit takes no slot (all or nothing): nothing to give back.
-            return too_many_requests(request, RateLimited([decision])), []
-        lease = decision.lease
-        return None, ([] if lease is None or lease.released else [lease])  # (leases.held)
-    verdict = engine.decide(request, (limit,))
+    verdict = engine.decide(request, (limit,))  # (one policy: engine.decide_one, no lists)
     held = leases.held(verdict.decisions)
     if not verdict.blocking:
         return None, held
