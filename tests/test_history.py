@@ -159,6 +159,42 @@ def test_hostile_identities_are_bounded_in_process_and_in_redis(redis_client):
         assert redis_client.memory_usage(key, samples=0) < 4_000
 
 
+def by_minuteless(counted: dict) -> dict:
+    merged: dict = {}
+    for (policy, _minute, *rest), value in counted.items():
+        key = (policy, *rest)
+        if isinstance(value, dict):
+            merged.setdefault(key, {}).update(value)
+        else:
+            merged[key] = merged.get(key, 0) + value
+    return merged
+
+
+def test_counting_several_at_once_is_counting_each(redis_client):
+    """``count_many`` (a request of several policies) counts as ``count`` does, bounded alike."""
+    one, many = history.Recorder(), history.Recorder()
+    one.autostart = many.autostart = False
+    rows = [
+        ("enforced", "a", "ip:1"),
+        ("enforced", "d", "ip:2:" + "x" * 10_000),
+        ("shadowed", "s", "ip:3"),
+        ("wide", "d", None),
+    ]
+    for _ in range(3):
+        for row in rows:
+            one.count(*row)
+        many.count_many(rows)
+    # By policy and field, and by policy: the minute may turn between the two.
+    assert by_minuteless(many._counts) == by_minuteless(one._counts) == {
+        ("enforced", "a"): 3, ("enforced", "d"): 3, ("shadowed", "s"): 3, ("wide", "d"): 3,
+    }  # fmt: skip
+    assert by_minuteless(many._denied) == by_minuteless(one._denied)
+    assert all(len(who) <= 100 for denied in many._denied.values() for who in denied)
+    for i in range(history.MAX_IDENTITIES * 2):
+        many.count_many([("enforced", "d", f"ip:{i}"), ("wide", "a", f"ip:{i}")])
+    assert max(len(who) for who in many._denied.values()) == history.MAX_IDENTITIES
+
+
 def test_an_outage_during_a_flush_loses_nothing_and_raises_nothing(settings):
     known_traffic()
     live = settings.CACHES

@@ -94,6 +94,23 @@ def test_each_decision_counts_once_under_its_result():
     assert sample("django_rl_redis_seconds_count") - latency_before == 13 - 2 - 1
 
 
+def test_a_request_of_several_policies_counts_each_policys_decision_once():
+    names = ("m-enforced", "m-shadowed", "m-open")
+    before = {p: decisions(p) for p in names}
+    view = ratelimit(*names)(ok)
+    assert hits(view, 6, address="198.51.100.78") == [200] * 3 + [429] * 3
+    after = {p: decisions(p) for p in names}
+    delta = {p: {r: after[p][r] - before[p][r] for r in after[p] if after[p][r] != before[p][r]}
+             for p in names}  # fmt: skip
+    # From the 4th, m-enforced and m-open (3/h each) deny: nothing is
+    # counted, m-shadowed only looks (4/h, 3 counted: it would allow).
+    assert delta == {
+        "m-enforced": {"allowed": 3, "denied": 3},
+        "m-shadowed": {"allowed": 6},
+        "m-open": {"allowed": 3, "denied": 3},
+    }
+
+
 def test_decisions_without_redis_count_as_degraded_and_errors_by_kind(settings):
     settings.CACHES = caches_for(
         f"redis://127.0.0.1:{free_port()}/0", SOCKET_CONNECT_TIMEOUT=0.2, SOCKET_TIMEOUT=0.2

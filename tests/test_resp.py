@@ -61,3 +61,40 @@ def test_the_fixed_windows_transaction_is_encoded_as_redis_py_encodes_it(key, wi
     )
     assert algorithm._encoded(window_key, cost, end, flags) == expected
     assert algorithm._encoded(window_key, cost, end, flags) == expected  # its end kept
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["sliding_log", "token_bucket", "fixed_window", "concurrency"]),
+            st.lists(st.text(max_size=30), min_size=1, max_size=2),
+            st.lists(st.one_of(st.integers(0, 10**15), st.text(max_size=12)), max_size=5),
+            st.integers(min_value=1, max_value=10**6),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sampled_from(["", "1700000000123"]),
+    st.booleans(),
+)
+def test_several_policies_script_is_encoded_as_redis_py_encodes_it(hits, time_argument, count):
+    """``together._encoded``, its per-policy parts kept (asked twice), is redis-py's EVALSHA."""
+    from types import SimpleNamespace
+
+    from django_rl.core import together
+
+    group = [
+        SimpleNamespace(
+            variant=SimpleNamespace(algorithm=SimpleNamespace(name=name)),
+            policy=SimpleNamespace(shadow=shadow),
+            cost=cost,
+        )
+        for name, _, _, cost, shadow in hits
+    ]
+    entries = [(keys, tuple(parameters)) for _, keys, parameters, _, _ in hits]
+    keys, argv = together._arguments(group, entries, time_argument, count)  # type: ignore[arg-type]
+    expected = redis_py("EVALSHA", together.SCRIPT.sha, len(keys), *keys, *argv)
+    for _ in range(2):  # made, then from what was kept
+        arguments, encoded = together._encoded(group, entries, time_argument, count)  # type: ignore[arg-type]
+        assert together.SCRIPT.evalsha_encoded(arguments, encoded) == expected

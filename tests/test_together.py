@@ -229,3 +229,14 @@ def test_several_limits_of_one_request_are_decided_together(limits):
     # The third was denied by burst (which does not block): daily did not count it.
     assert [v.blocking for v in verdicts] == [[], [], []]
     assert remaining("daily", "ip:198.51.100.4") == 100 - 6
+
+
+def test_several_policies_work_again_after_script_flush(limits, redis_client):
+    """``together.lua`` sent encoded (EVALSHA) meets NOSCRIPT: run as EVAL, cached again."""
+    hits = [("burst", "flushed", 1), ("sustained", "flushed", 1), ("daily", "flushed", 1)]
+    assert [d.remaining for d in hit_many(hits)] == [1, 9, 99]
+    redis_client.script_flush()
+    assert [d.remaining for d in hit_many(hits)] == [0, 8, 98]
+    assert redis_client.script_exists(together.SCRIPT.sha) == [True]
+    third = hit_many(hits)  # burst has none left: denied, so no policy counts it
+    assert [(d.allowed, d.remaining) for d in third] == [(False, 0), (True, 8), (True, 98)]

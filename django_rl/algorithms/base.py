@@ -149,7 +149,7 @@ class Algorithm(Protocol):
         """Return the Redis keys that may hold this identity's state now."""
         ...
 
-    def script_entry(self, node: RedisNode, key: str) -> tuple[list[str], Sequence[int | str]]:
+    def script_entry(self, node: RedisNode, key: str) -> tuple[list[str], tuple[int | str, ...]]:
         """Return the keys and parameters of this algorithm's Lua function (``prelude.lua``).
 
         For a script that decides several policies together (``together.lua``).
@@ -270,7 +270,7 @@ class ScriptAlgorithm:
     script: ClassVar[LuaScript]
     state_version: ClassVar[int] = 1
 
-    def script_args(self, cost: int, commit: str) -> Sequence[int | str]:
+    def script_args(self, cost: int, commit: str) -> tuple[int | str, ...]:
         """Return the script's ARGV for a hit of ``cost`` (``commit`` ``"1"``) or a look."""
         raise NotImplementedError("script_args")
 
@@ -301,9 +301,13 @@ class ScriptAlgorithm:
     def keys(self, node: RedisNode, key: str) -> list[str]:
         return [key]
 
-    def script_entry(self, node: RedisNode, key: str) -> tuple[list[str], Sequence[int | str]]:
-        # The parameters are the script's ARGV without the cost, commit and time.
-        return [key], self.script_args(1, "0")[:-2]
+    @functools.cached_property
+    def _entry_parameters(self) -> tuple[int | str, ...]:
+        # The script's ARGV without the cost, commit and time: the same on every hit.
+        return tuple(self.script_args(1, "0")[:-2])
+
+    def script_entry(self, node: RedisNode, key: str) -> tuple[list[str], tuple[int | str, ...]]:
+        return [key], self._entry_parameters
 
     def script_outcome(
         self, node: RedisNode, reply: Sequence[int], sent: float, received: float

@@ -137,7 +137,7 @@ class Concurrency(ScriptAlgorithm):
         args = (*self.script_args(cost, "1", new_token()), node.script_time())
         return self.outcome(self.script(node.client, (key,), args))
 
-    def script_entry(self, node: RedisNode, key: str) -> tuple[list[str], Sequence[int | str]]:
+    def script_entry(self, node: RedisNode, key: str) -> tuple[list[str], tuple[int | str, ...]]:
         # A token per hit: it comes back in the reply when the hit takes slots.
         return [key], self.script_args(1, "0", new_token())[:-2]
 

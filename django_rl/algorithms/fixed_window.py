@@ -244,7 +244,7 @@ class FixedWindow(RateAlgorithm):
 
         return read
 
-    def script_entry(self, node: RedisNode, key: str) -> tuple[list[str], Sequence[int | str]]:
+    def script_entry(self, node: RedisNode, key: str) -> tuple[list[str], tuple[int | str, ...]]:
         """Return the counters of the windows the server may be in, and the parameters.
 
         ``fixed_window.lua`` reads the server's time and picks the counter of

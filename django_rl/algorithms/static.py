@@ -79,7 +79,7 @@ class StaticAlgorithm:
     def keys(self, node: RedisNode, key: str) -> list[str]:
         return []
 
-    def script_entry(self, node: RedisNode, key: str) -> tuple[list[str], Sequence[int | str]]:
+    def script_entry(self, node: RedisNode, key: str) -> tuple[list[str], tuple[int | str, ...]]:
         raise TypeError("a static rate is decided without Redis")
 
     def script_outcome(

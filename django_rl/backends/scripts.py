@@ -88,12 +88,37 @@ class LuaScript:
                 raise reply
         return self(client, keys, args)
 
+    def send_encoded(self, client: KeptConnectionClient, arguments: int, encoded: bytes) -> Any:
+        """Send EVALSHA, its arguments encoded already; return the reply (``NOSCRIPT``: unknown).
+
+        ``encoded`` is every argument after the SHA (the number of keys, the
+        keys, ARGV), ``arguments`` of them, as :func:`resp.bulk` encodes them;
+        ``client`` is one that :func:`direct_client` returned. For a caller
+        that encodes most of its arguments once (``together.py``). On
+        :data:`NOSCRIPT` the caller runs the script as :meth:`__call__` does
+        (EVAL), with its arguments as values.
+
+        :raises ResponseError: for any other error reply.
+        """
+        reply = client.send_encoded(self.evalsha_encoded(arguments, encoded))
+        if not isinstance(reply, ResponseError):
+            return reply
+        if isinstance(reply, NoScriptError):
+            return NOSCRIPT
+        raise reply
+
+    def evalsha_encoded(self, arguments: int, encoded: bytes) -> bytes:
+        """Return the EVALSHA of this script whose ``arguments`` after the SHA are ``encoded``."""
+        return b"*%d\r\n%b%b%b" % (2 + arguments, _EVALSHA, self._sha_bulk, encoded)
+
     def queue(self, pipe: Pipeline, keys: Sequence[str], args: Sequence[Any]) -> None:
         """Queue the script on a pipeline; :func:`replies_with_scripts` handles NOSCRIPT."""
         pipe.evalsha(self.sha, len(keys), *keys, *args)
 
 
 _EVALSHA = bulk("EVALSHA")
+#: What :meth:`LuaScript.send_encoded` returns when the server does not know the script.
+NOSCRIPT: Any = object()
 #: The most variable-argument encodings an EncodedScript keeps.
 _MAX_TAILS = 64
 

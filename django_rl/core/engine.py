@@ -28,7 +28,7 @@ from django_rl.core import together
 from django_rl.core.decision import Decision
 from django_rl.core.inline import InlineSpec
 from django_rl.core.policies import Policy, get_policy, inline_policy
-from django_rl.core.policy import Pending
+from django_rl.core.policy import Pending, report_requests
 from django_rl.http.headers import REQUEST_ATTRIBUTE, record
 
 #: The attribute that says whether any policy denied the request.
@@ -110,7 +110,10 @@ def _hit_weighted(
         identity, one = prepared
         decision = policy.ask(one) if type(one) is Pending else one
         return [(0, policy.report_request(request, identity, decision))]  # type: ignore[arg-type]
-    made: list[tuple[int, Policy, str, Pending | Decision]] = []
+    indexes: list[int] = []
+    policies: list[Policy] = []
+    identities: list[str] = []
+    hits: list[Pending | Decision] = []
     # Policies of the same key share its function (identities.py): the
     # request is identified once per function, not once per policy.
     known: dict[Any, str | None] = {}
@@ -122,16 +125,20 @@ def _hit_weighted(
             found = known[identify]
         else:
             found = known[identify] = identify(request)
-        prepared = policy.prepare_request(request, cost, identity=found)
-        if prepared is not None:
-            made.append((index, policy, *prepared))
-    if not made:
+        if found is None:
+            continue
+        # prepare_request, its identity known: the same for each policy.
+        made = policy._hit_request(request, found, cost, defer=True)
+        if made is not None:
+            indexes.append(index)
+            policies.append(policy)
+            identities.append(found)
+            hits.append(made)
+    if not hits:
         return []
-    decided = together.decide([(policy, m) for _, policy, _, m in made])
-    return [
-        (index, policy.report_request(request, identity, decision))
-        for (index, policy, identity, _), decision in zip(made, decided, strict=True)
-    ]
+    decided = together.decide(list(zip(policies, hits, strict=True)))
+    reported = report_requests(request, list(zip(policies, identities, decided, strict=True)))
+    return list(zip(indexes, reported, strict=True))
 
 
 def hit_many(hits: Iterable[tuple[Policy | str, str, int]]) -> list[Decision]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -40,7 +40,12 @@ from django_rl.exceptions import BackendError, ConfigurationError
 from django_rl.leases import Lease
 from django_rl.observability.denials import report_denial
 from django_rl.observability.history import RECORDER, field_of
-from django_rl.observability.metrics import count_decision, count_deny_cache_answer, metrics
+from django_rl.observability.metrics import (
+    count_decision,
+    count_decisions,
+    count_deny_cache_answer,
+    metrics,
+)
 from django_rl.overrides.loader import LOADER, rules_for
 from django_rl.overrides.rules import BLOCK, EXEMPT, Rule
 
@@ -48,9 +53,6 @@ from django_rl.overrides.rules import BLOCK, EXEMPT, Rule
 DEGRADED_RETRY_AFTER = 1.0
 
 logger = logging.getLogger("django_rl")
-
-#: ``prepare_request``'s default: identify the request itself.
-_IDENTIFY = object()
 
 
 class Pending(NamedTuple):
@@ -593,24 +595,19 @@ class Policy:
             report_denial(request, self.name, identity, decision)
         return decision
 
-    def prepare_request(
-        self, request: Any, cost: int = 1, *, identity: str | object | None = _IDENTIFY
-    ) -> tuple[str, Pending | Decision] | None:
+    def prepare_request(self, request: Any, cost: int = 1) -> tuple[str, Pending | Decision] | None:
         """Return the identity and the hit Redis must decide (or its Decision); ``None``: no limit.
 
         :meth:`hit_request` up to the round trip (see :meth:`prepare`); give
-        the Decision to :meth:`report_request`.
-
-        :param identity: what ``self.identify(request)`` returns, when the
-            caller knows it already (policies of one key decided together).
+        the Decision to :meth:`report_request`. (Policies of one request that
+        share an identity function are identified once, then each one's hit
+        made by :meth:`_hit_request` with ``defer=True``: ``engine.py``.)
         """
         if self.unlimited:
             return None
-        if identity is _IDENTIFY:
-            identity = self.identify(request)
+        identity = self.identify(request)
         if identity is None:
             return None
-        assert isinstance(identity, str)  # an identity function's contract (checked_identity)
         made = self._hit_request(request, identity, cost, defer=True)
         return None if made is None else (identity, made)
 
@@ -752,3 +749,31 @@ def _log_too_heavy(name: str, cost: int, limit: int) -> None:
         name,
         limit,
     )
+
+
+def report_requests(
+    request: Any, reported: Sequence[tuple[Policy, str, Decision]]
+) -> list[Decision]:
+    """Return :meth:`Policy.report_request` of each ``(policy, identity, decision)``, in order.
+
+    For the Decisions of one request of several policies: they are counted
+    in the metrics and the history together (one lock each, one clock read),
+    then each denial is reported.
+    """
+    decisions = [
+        replace(decision, shadow=True) if policy.shadow else decision
+        for policy, _, decision in reported
+    ]
+    count_decisions(
+        [(policy.name, d) for (policy, _, _), d in zip(reported, decisions, strict=True)]
+    )
+    RECORDER.count_many(
+        [
+            (policy.name, "a" if d.allowed else field_of(d), identity)
+            for (policy, identity, _), d in zip(reported, decisions, strict=True)
+        ]
+    )
+    for (policy, identity, _), decision in zip(reported, decisions, strict=True):
+        if not decision.allowed:
+            report_denial(request, policy.name, identity, decision)
+    return decisions

@@ -33,6 +33,9 @@ from django_rl.algorithms import Outcome
 from django_rl.algorithms.base import PRELUDE
 from django_rl.backends import LuaScript
 from django_rl.backends.clock import ClockError
+from django_rl.backends.connections import direct_client
+from django_rl.backends.resp import bulk
+from django_rl.backends.scripts import NOSCRIPT
 from django_rl.core.policy import Pending, Policy
 from django_rl.observability.metrics import metrics
 
@@ -77,22 +80,28 @@ def decide(made: Sequence[tuple[Policy, Pending | Decision]]) -> list[Decision]:
     Redis trouble: the hits of the slot that could not be decided get their
     policies' degraded Decisions (``fallback_rate``, else ``fail_open``).
     """
-    pending = [m for _, m in made if isinstance(m, Pending)]
+    pending: list[Pending] = []
+    vetoed = False
+    for policy, m in made:  # (one pass: this runs on every request of several policies)
+        if type(m) is Pending:
+            pending.append(m)
+        elif not m.allowed and not policy.shadow:  # type: ignore[union-attr]  # a Decision
+            vetoed = True
     if not pending:
         return [m for _, m in made]  # type: ignore[misc]  # no Pending: all Decisions
-    vetoed = any(
-        not m.allowed and not policy.shadow for policy, m in made if not isinstance(m, Pending)
-    )
     merged = _merge(pending)
     if len(merged) == 1 and not vetoed:
         answers = {merged[0].key: merged[0].policy.ask(merged[0])}
     else:
         answers = _decide_merged(merged, count=not vetoed)
-    return [answers[m.key] if isinstance(m, Pending) else m for _, m in made]
+    return [answers[m.key] if type(m) is Pending else m for _, m in made]  # type: ignore[misc]
 
 
 def _merge(pending: list[Pending]) -> list[Pending]:
-    by_key: dict[str, Pending] = {}
+    by_key = {hit.key: hit for hit in pending}
+    if len(by_key) == len(pending):
+        return pending  # no key twice: the usual case
+    by_key = {}
     for hit in pending:
         seen = by_key.get(hit.key)
         by_key[hit.key] = hit if seen is None else seen._replace(cost=seen.cost + hit.cost)
@@ -100,11 +109,19 @@ def _merge(pending: list[Pending]) -> list[Pending]:
 
 
 def _decide_merged(merged: list[Pending], *, count: bool) -> dict[str, Decision]:
+    first = merged[0]
+    backend = first.policy.backend
+    slot = backend.slot_of(first.key)
+    for hit in merged:
+        if hit.policy.backend is not backend or backend.slot_of(hit.key) != slot:
+            break
+    else:  # one slot (one server, Sentinel's primary, one identity on a cluster): one script
+        return _decide_group(merged, count=count)
     groups: dict[tuple[int, int], list[Pending]] = {}
     for hit in merged:
         backend = hit.policy.backend
         groups.setdefault((id(backend), backend.slot_of(hit.key)), []).append(hit)
-    if len(groups) == 1 or not count:
+    if not count:
         answers: dict[str, Decision] = {}
         for group in groups.values():
             answers.update(_decide_group(group, count=count))
@@ -155,10 +172,11 @@ class _Call:
 def _call(group: list[Pending], *, count: bool) -> _Call:
     first = group[0]
     measured = metrics()
+    if measured is None:
+        return first.policy.backend.run(first.key, run_script, group, count)
     began = time.perf_counter()
     call = first.policy.backend.run(first.key, run_script, group, count)
-    if measured is not None:
-        measured.pending.observe(time.perf_counter() - began)
+    measured.pending.observe(time.perf_counter() - began)
     return call
 
 
@@ -168,18 +186,16 @@ def run_script(node: RedisNode, first_key: str, group: Sequence[Pending], count:
     :raises ClockError: if ``fixed_window``'s window is missed :data:`MAX_ATTEMPTS` times.
     """
     for attempt in range(MAX_ATTEMPTS):
-        keys: list[str] = []
-        argv: list[int | str] = [node.script_time(), "1" if count else "0"]
-        entries = []
-        for hit in group:
-            algorithm = hit.variant.algorithm
-            hit_keys, parameters = algorithm.script_entry(node, hit.key)
-            entries.append((hit_keys, parameters))
-            keys += hit_keys
-            veto = "0" if hit.policy.shadow else "1"
-            argv += (algorithm.name, len(hit_keys), len(parameters), hit.cost, veto, *parameters)
+        time_argument = node.script_time()
+        entries = [hit.variant.algorithm.script_entry(node, hit.key) for hit in group]
+        direct = direct_client(node.client)
         sent = time.monotonic()
-        reply = SCRIPT.run(node.client, keys, argv)
+        if direct is None:
+            reply = SCRIPT(node.client, *_arguments(group, entries, time_argument, count))
+        else:
+            reply = SCRIPT.send_encoded(direct, *_encoded(group, entries, time_argument, count))
+            if reply is NOSCRIPT:
+                reply = SCRIPT(node.client, *_arguments(group, entries, time_argument, count))
         received = time.monotonic()
         outcomes = [
             hit.variant.algorithm.script_outcome(node, answer, sent, received)
@@ -192,6 +208,69 @@ def run_script(node: RedisNode, first_key: str, group: Sequence[Pending], count:
     raise ClockError(
         f"no current window found on the Redis server's clock in {MAX_ATTEMPTS} attempts"
     )
+
+
+#: A hit's keys and its algorithm's parameters (``Algorithm.script_entry``).
+Entry = tuple[list[str], tuple[int | str, ...]]
+
+
+def _arguments(
+    group: Sequence[Pending], entries: Sequence[Entry], time_argument: str, count: bool
+) -> tuple[list[str], list[int | str]]:
+    """Return ``together.lua``'s KEYS and ARGV for ``group`` (see the script's header)."""
+    keys: list[str] = []
+    argv: list[int | str] = [time_argument, "1" if count else "0"]
+    for hit, (hit_keys, parameters) in zip(group, entries, strict=True):
+        keys += hit_keys
+        veto = "0" if hit.policy.shadow else "1"
+        argv += (hit.variant.algorithm.name, len(hit_keys), len(parameters), hit.cost, veto)
+        argv += parameters
+    return keys, argv
+
+
+#: Each hit's part of ``together.lua``'s ARGV, encoded, with its number of
+#: arguments, by what it is made of: (algorithm, number of keys, cost, shadow,
+#: parameters). A policy's are the same on nearly every request (a fixed
+#: window's change once a window); bounded, emptied when full.
+_SEGMENTS: dict[tuple[Any, ...], tuple[bytes, int]] = {}
+_MAX_SEGMENTS = 1024
+_COUNT, _LOOK = bulk("1"), bulk("0")
+
+
+def _encoded(
+    group: Sequence[Pending], entries: Sequence[Entry], time_argument: str, count: bool
+) -> tuple[int, bytes]:
+    """Return :func:`_arguments` encoded: the EVALSHA's arguments after the SHA, and their number.
+
+    Byte for byte what ``resp.bulk`` makes of each (``tests/test_resp.py``),
+    but for the part of each hit that does not change from one request to
+    the next, which is encoded once (:data:`_SEGMENTS`).
+    """
+    keys: list[bytes] = []
+    argv = [bulk(time_argument), _COUNT if count else _LOOK]
+    arguments = 3  # the number of keys, the time, count or look
+    for hit, (hit_keys, parameters) in zip(group, entries, strict=True):
+        for key in hit_keys:
+            data = key.encode()  # as resp.bulk encodes a key, in one formatting
+            keys.append(b"$%d\r\n%b\r\n" % (len(data), data))
+        shape = (hit.variant.algorithm.name, len(hit_keys), hit.cost, hit.policy.shadow, parameters)
+        segment = _SEGMENTS.get(shape)
+        if segment is None:
+            segment = _segment(shape)
+        argv.append(segment[0])
+        arguments += segment[1]
+    arguments += len(keys)
+    return arguments, b"%b%b%b" % (bulk(len(keys)), b"".join(keys), b"".join(argv))
+
+
+def _segment(shape: tuple[Any, ...]) -> tuple[bytes, int]:
+    name, keys, cost, shadow, parameters = shape
+    values = (name, keys, len(parameters), cost, "0" if shadow else "1", *parameters)
+    segment = b"".join(map(bulk, values)), len(values)
+    if len(_SEGMENTS) >= _MAX_SEGMENTS:
+        _SEGMENTS.clear()  # (a concurrency policy's token is new on every hit)
+    _SEGMENTS[shape] = segment
+    return segment
 
 
 def refund(node: RedisNode, first_key: str, call: _Call) -> list[Outcome]:

@@ -163,13 +163,43 @@ class Recorder:
             identity = safe_identity(identity)  # bounded: a hostile value cannot grow memory
         with self._lock:
             self._counts[key] = self._counts.get(key, 0) + 1
-            if field == "a" or identity is None:
-                return
-            who = self._denied.setdefault((policy, minute), {})
-            if identity in who:
-                who[identity] += 1
-            elif len(who) < MAX_IDENTITIES:
-                who[identity] = 1
+            if field != "a" and identity is not None:
+                self._count_denied(policy, minute, identity)
+
+    def count_many(self, counted: Iterable[tuple[str, str, str | None]]) -> None:
+        """Count each ``(policy, field, identity)`` as :meth:`count` does: one clock read, one lock.
+
+        For the Decisions of one request of several policies.
+        """
+        if not (_enabled if _enabled is not None else _read_enabled()):
+            return
+        minute = int(time.time()) // 60
+        if self._thread is None and self.autostart:
+            self.start()
+        rows = [
+            (
+                policy,
+                field,
+                identity if field == "a" or identity is None else safe_identity(identity),
+            )
+            for policy, field, identity in counted
+        ]
+        with self._lock:
+            counts = self._counts
+            for policy, field, identity in rows:
+                key = (policy, minute, field)
+                counts[key] = counts.get(key, 0) + 1
+                if field != "a" and identity is not None:
+                    self._count_denied(policy, minute, identity)
+
+    def _count_denied(self, policy: str, minute: int, identity: str) -> None:
+        # (Under the lock.) At most MAX_IDENTITIES a minute: a flood of new
+        # identities cannot grow memory.
+        who = self._denied.setdefault((policy, minute), {})
+        if identity in who:
+            who[identity] += 1
+        elif len(who) < MAX_IDENTITIES:
+            who[identity] = 1
 
     def pending(self) -> int:
         """Return the decisions counted in this process and not yet written."""
