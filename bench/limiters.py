@@ -31,6 +31,7 @@ from typing import Any
 from bench.peers import (
     Build,
     Decide,
+    as_new,
     django_ratelimit,
     drf_dropin,
     drf_throttle,
@@ -181,8 +182,7 @@ def decorator(algorithm: str) -> Build:
 
         ok = HttpResponse("ok")
         view = ratelimit(_policy(algorithm, limit).name)(lambda request: ok)
-        requests = requests_for(addresses)
-        return lambda i: view(requests[i]) is ok
+        return _as_new_each_time(view, ok, requests_for(addresses))
 
     return build
 
@@ -195,8 +195,18 @@ def inline_decorator(limit: int, addresses: Sequence[str]) -> Decide:
 
     ok = HttpResponse("ok")
     view = ratelimit(rate=f"{limit}/h", key="ip", group=f"bench-{limit}")(lambda request: ok)
-    requests = requests_for(addresses)
-    return lambda i: view(requests[i]) is ok
+    return _as_new_each_time(view, ok, requests_for(addresses))
+
+
+def _as_new_each_time(view: Any, ok: Any, requests: Sequence[Any]) -> Decide:
+    """Call ``view`` (which returns ``ok``) with each request as a new one (``as_new``)."""
+
+    def decide(i: int) -> bool:
+        request = requests[i]
+        as_new(request, ok)  # no Decisions of earlier calls; the headers written again
+        return view(request) is ok
+
+    return decide
 
 
 def policy_throttle(algorithm: str) -> Build:
@@ -205,10 +215,18 @@ def policy_throttle(algorithm: str) -> Build:
 
         class View:
             throttle_scope = _policy(algorithm, limit).name
+            headers: dict[str, str]
 
         view = View()
         requests = requests_for(addresses)
-        return lambda i: PolicyThrottle().allow_request(requests[i], view)
+
+        def decide(i: int) -> bool:
+            request = requests[i]
+            as_new(request)
+            view.headers = {}  # as APIView.dispatch sets it: the throttle writes the headers in it
+            return PolicyThrottle().allow_request(request, view)
+
+        return decide
 
     return build
 

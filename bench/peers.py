@@ -30,6 +30,25 @@ def requests_for(addresses: Sequence[str]) -> list[Any]:
     return requests
 
 
+#: What a front door leaves on a request (its Decisions, ``limited``) and on
+#: a response (that its headers are written). A bench's requests and
+#: responses are built once, outside the timed calls: :func:`as_new` clears
+#: these before each call, so that every call is a new request's, whose
+#: response gets its headers (left on, a request's Decisions would pile up
+#: call after call, and the headers be written of all of them).
+LEFT_ON_REQUEST = ("django_rl_decisions", "limited")
+LEFT_ON_RESPONSE = "_django_rl_headers_for"
+
+
+def as_new(request: Any, response: Any = None) -> None:
+    """Clear what an earlier call left on ``request`` and ``response`` (:data:`LEFT_ON_REQUEST`)."""
+    state = request.__dict__
+    for name in LEFT_ON_REQUEST:
+        state.pop(name, None)
+    if response is not None:
+        response.__dict__.pop(LEFT_ON_RESPONSE, None)
+
+
 def drf_throttle(limit: int, addresses: Sequence[str]) -> Decide:
     from rest_framework.throttling import AnonRateThrottle
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from bench.limiters import policy_name
 from bench.measure import Samples, commands_and_round_trips, interleaved
-from bench.peers import Decide, requests_for
+from bench.peers import Decide, as_new, requests_for
 from bench.report import print_table
 from bench.runner import bench_main, setup_django
 from tests.redis_server import RedisServer
@@ -66,19 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     return bench_main(__doc__ or "", "stacked.json", run, argv)
 
 
-# The attributes a front door leaves on a request: cleared before every call,
-# so that a request object built once is as new each time (django_rl records
-# a request's Decisions on it; the headers are written from all of them).
-_LEFT_ON_REQUEST = ("django_rl_decisions", "limited")
-
-
 def _calls(view: Callable[[Any], Any], requests: Sequence[Any]) -> Decide:
     def decide(i: int) -> bool:
         request = requests[i]
-        state = request.__dict__
-        for name in _LEFT_ON_REQUEST:
-            state.pop(name, None)
-        return bool(view(request).status_code == 200)
+        as_new(request)  # a request built once, as new each time (bench/peers.py)
+        response = view(request)
+        as_new(request, response)  # its headers written again by the next call
+        return bool(response.status_code == 200)
 
     return decide
 

@@ -179,3 +179,64 @@ def test_headers_of_real_decisions_parse_and_match(settings):
     assert params == {"r": decisions[0].remaining, "t": math.ceil(decisions[0].reset_after)}
     assert params["r"] == 2
     assert headers["X-RateLimit-Remaining"] == "2"
+
+
+def test_the_benchs_requests_built_once_are_as_new_on_every_call():
+    """``bench.peers.as_new`` clears what a front door leaves (the bench measures real calls)."""
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from bench.peers import LEFT_ON_REQUEST, LEFT_ON_RESPONSE, as_new
+    from django_rl.decorators import ratelimit as ratelimit_decorator
+    from django_rl.http.headers import recorded
+
+    ok = HttpResponse("ok")
+    view = ratelimit_decorator("login")(lambda request: ok)
+    request = RequestFactory().get("/", REMOTE_ADDR="192.0.2.40")
+    for left in (4, 3, 2):
+        as_new(request, ok)
+        del ok["RateLimit"]
+        assert all(name not in request.__dict__ for name in LEFT_ON_REQUEST)
+        assert view(request) is ok
+        assert [d.remaining for d in recorded(request)] == [left]  # this call's only
+        assert ok["RateLimit"].startswith(f'"login";r={left};t=')  # written by this call
+        assert LEFT_ON_RESPONSE in ok.__dict__
+
+
+@pytest.mark.parametrize("mode", ["ietf", "legacy", "both"])
+def test_headers_set_on_a_response_are_what_django_would_store(settings, mode):
+    """``write_headers`` stores a checked header directly, as ``response[name] = value`` does."""
+    from django.http import HttpResponse
+
+    from django_rl.http import headers
+
+    settings.DJANGO_RL = {"POLICIES": POLICIES, "HEADERS": mode}
+    assert headers._DIRECT  # this Django's ResponseHeaders store as write_headers expects
+    decisions = [get_policy("burst").hit("ip:9"), get_policy("login").hit("ip:9")]
+    for decided in ([decisions[0]], decisions):
+        written, expected = HttpResponse("ok"), HttpResponse("ok")
+        headers.write_headers(written, decided)
+        for name, value in header_values(decided, mode).items():
+            expected[name] = value
+        if mode != "ietf":  # X-RateLimit-Reset is read from the clock each time
+            for response in (written, expected):
+                del response["X-RateLimit-Reset"]
+        assert written.headers._store == expected.headers._store
+        assert written.serialize_headers() == expected.serialize_headers()
+
+
+def test_a_header_django_must_encode_or_refuse_goes_through_django(settings):
+    """A hand-made Decision's name that is not ASCII is Django's to encode; a line break refused."""
+    from django.http import BadHeaderError, HttpResponse
+
+    from django_rl.http.headers import write_headers
+
+    for name in ("café", "日本"):  # Latin-1 kept as it is; beyond it, MIME-encoded
+        response, expected = HttpResponse("ok"), HttpResponse("ok")
+        write_headers(response, [allowed(name, 5, 4, 60)])
+        for header, value in header_values([allowed(name, 5, 4, 60)], "ietf").items():
+            expected[header] = value
+        assert response.headers._store == expected.headers._store
+    assert response["RateLimit"].startswith("=?utf-8?")
+    with pytest.raises(BadHeaderError):
+        write_headers(HttpResponse("ok"), [allowed("evil\r\nSet-Cookie: x=1", 5, 4, 60)])
