@@ -10,6 +10,8 @@ import math
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from django_rl import Decision, get_policy
 from django_rl.algorithms import ALGORITHMS
@@ -240,3 +242,32 @@ def test_a_header_django_must_encode_or_refuse_goes_through_django(settings):
     assert response["RateLimit"].startswith("=?utf-8?")
     with pytest.raises(BadHeaderError):
         write_headers(HttpResponse("ok"), [allowed("evil\r\nSet-Cookie: x=1", 5, 4, 60)])
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),
+            st.integers(0, 5),
+            st.sampled_from([0.0, 0.5, 1.0, 30.0]),
+            st.sampled_from([0.0, 0.5, 1.0, 30.0]),
+            st.booleans(),
+            st.booleans(),
+        ),
+        min_size=2,
+        max_size=6,
+    )
+)
+def test_ratelimit_reports_closest_to_denial_of_those_with_a_count(made):
+    """``header_values`` picks, inline, what :func:`closest_to_denial` picks of the reported."""
+    decisions = [
+        Decision(ok, 5, left, 0.0 if ok else wait, reset, f"p{i}", degraded=deg, fallback=fb)
+        for i, (ok, left, wait, reset, deg, fb) in enumerate(made)
+    ]
+    reported = [d for d in decisions if d.fallback or not (d.allowed and d.degraded)]
+    values = header_values(decisions, "ietf")
+    if not reported:
+        assert "RateLimit" not in values
+        return
+    closest = closest_to_denial(reported)
+    assert values["RateLimit"].startswith(f'"{closest.policy}";r={closest.remaining};t=')

@@ -199,13 +199,20 @@ def header_values(decisions: Sequence[Decision], mode: str) -> dict[str, str]:
     decisions = [d for d in decisions if not d.shadow]
     if not decisions:
         return headers
-    reported = [d for d in decisions if d.fallback or not (d.allowed and d.degraded)]
-    closest = closest_to_denial(reported) if reported else None
+    # closest_to_denial of those reported, inline: min() by _nearness, the first of equals.
+    closest: Decision | None = None
+    nearest: tuple[bool, int, float] | None = None
+    for d in decisions:
+        if d.fallback or not (d.allowed and d.degraded):
+            near = (d.allowed, d.remaining, -(d.reset_after if d.allowed else d.retry_after))
+            if nearest is None or near < nearest:
+                closest, nearest = d, near
     if mode in ("ietf", "both"):
-        headers["RateLimit-Policy"] = ", ".join(_policy_items(decisions))
+        items = {d.policy: _policy_item(d.policy, d.limit, d.window) for d in decisions}
+        headers["RateLimit-Policy"] = ", ".join(items.values())
         if closest is not None:
             headers["RateLimit"] = (
-                f"{_sf_string(closest.policy)};r={closest.remaining};t={effective_window(closest)}"
+                f"{_sf_name(closest.policy)};r={closest.remaining};t={effective_window(closest)}"
             )
     if mode in ("legacy", "both") and closest is not None:
         headers["X-RateLimit-Limit"] = str(closest.limit)
@@ -268,11 +275,6 @@ def _nearness(decision: Decision) -> tuple[bool, int, float]:
 
 def _wait(decision: Decision) -> float:
     return decision.reset_after if decision.allowed else decision.retry_after
-
-
-def _policy_items(decisions: Iterable[Decision]) -> list[str]:
-    items = {d.policy: _policy_item(d.policy, d.limit, d.window) for d in decisions}
-    return list(items.values())
 
 
 @functools.lru_cache(maxsize=1024)
