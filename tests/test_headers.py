@@ -271,3 +271,19 @@ def test_ratelimit_reports_closest_to_denial_of_those_with_a_count(made):
         return
     closest = closest_to_denial(reported)
     assert values["RateLimit"].startswith(f'"{closest.policy}";r={closest.remaining};t=')
+
+
+def test_a_response_class_that_sets_headers_its_own_way_is_given_them_through_it():
+    from django.http import HttpResponse
+
+    from django_rl.http.headers import write_headers
+
+    class Logged(HttpResponse):
+        def __setitem__(self, header, value):
+            self.seen = [*getattr(self, "seen", []), header]
+            super().__setitem__(header, value)
+
+    response = Logged("ok")
+    write_headers(response, [allowed("login", 5, 4, 60)])
+    assert response.seen == ["RateLimit-Policy", "RateLimit"]
+    assert response["RateLimit"] == '"login";r=4;t=60'

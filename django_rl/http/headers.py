@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from django.core.signals import setting_changed
 from django.dispatch import receiver
-from django.http.response import ResponseHeaders
+from django.http.response import HttpResponseBase, ResponseHeaders
 
 from django_rl.conf import get_settings
 from django_rl.core.decision import Decision
@@ -103,20 +103,10 @@ def write_headers(target: HeaderTarget, decisions: Sequence[Decision]) -> None:
     for name, value in values.items():
         if store is not None and value.isascii() and "\n" not in value and "\r" not in value:
             # What HttpResponse.__setitem__ stores, its checks made here.
-            store[_LOWER_NAMES[name]] = (name, value)
+            store[name.lower()] = (name, value)
         else:
             target[name] = value
     setattr(target, _WRITTEN_FOR, len(decisions))
-
-
-#: The headers' names, lower-cased: the keys of a response's header store.
-_LOWER_NAMES = {
-    name: name.lower()
-    for name in (
-        "RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining",
-        "X-RateLimit-Reset",
-    )
-}  # fmt: skip
 
 
 def _store_of(target: Any) -> dict[str, tuple[str, str]] | None:
@@ -126,12 +116,16 @@ def _store_of(target: Any) -> dict[str, tuple[str, str]] | None:
     value without a line break) and stores ``(name, value)`` under the name
     in lower case: 4 calls a header, about 1 µs each on a decision's path.
     Our names are ASCII, and each value is checked before it is stored
-    directly; a response of another kind, or a Django whose headers are
-    stored otherwise (:data:`_DIRECT`, checked once), gets ``target[name] =
-    value``.
+    directly; a response of another kind (one whose class sets headers its
+    own way too), or a Django whose headers are stored otherwise
+    (:data:`_DIRECT`, checked once), gets ``target[name] = value``.
     """
     headers = getattr(target, "headers", None)
-    if _DIRECT and type(headers) is ResponseHeaders:
+    if (
+        _DIRECT
+        and type(headers) is ResponseHeaders
+        and type(target).__setitem__ is HttpResponseBase.__setitem__
+    ):
         store = getattr(headers, "_store", None)
         if type(store) is dict:
             return store
