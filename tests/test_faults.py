@@ -200,9 +200,13 @@ def check(request, caplog, name: str, outcome: Outcome, outage: bool = True) -> 
     # One warning per outage and one line when it ends, in that order. The
     # fault is one outage; on a loaded machine a timeout while Redis catches
     # up can be another, and is logged as such, so the count is the backend's.
+    # Such a timeout in the traffic's last moments leaves an outage that no
+    # later call has seen end: its warning is the last line, with no "back".
     records = [r for r in caplog.records if r.name == "django_rl"]
-    outages = get_backend("default").health.outages
-    assert [r.levelname for r in records] == ["WARNING", "INFO"] * outages
+    health = get_backend("default").health
+    outages = health.outages
+    logged = ["WARNING", "INFO"] * outages
+    assert [r.levelname for r in records] == (logged[:-1] if health.down else logged)
     if outage:
         assert outages >= 1
     else:
