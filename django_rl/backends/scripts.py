@@ -65,27 +65,17 @@ class LuaScript:
         """Run the script as :meth:`__call__` does; on a kept connection, encoded here.
 
         Encoding the EVALSHA here and sending it on the kept connection's
-        short path skips redis-py's ``execute_command`` and its encoder (for a
-        script of several policies, dozens of arguments). NOSCRIPT goes
-        :meth:`__call__`'s way (EVAL).
+        short path skips redis-py's ``execute_command`` and its encoder (for
+        ``refund.lua``, dozens of arguments) (:meth:`send_encoded`). NOSCRIPT
+        goes :meth:`__call__`'s way (EVAL).
         """
         direct = direct_client(client)
         if direct is not None:
-            encoded = b"".join(
-                [
-                    b"*%d\r\n" % (3 + len(keys) + len(args)),
-                    _EVALSHA,
-                    self._sha_bulk,
-                    bulk(len(keys)),
-                    *map(bulk, keys),
-                    *map(bulk, args),
-                ]
-            )  # (a TypeError for an argument of another type: a bug here, not Redis's)
-            reply = direct.send_encoded(encoded)
-            if not isinstance(reply, ResponseError):
+            # (A TypeError for an argument of another type: a bug here, not Redis's.)
+            encoded = b"".join([bulk(len(keys)), *map(bulk, keys), *map(bulk, args)])
+            reply = self.send_encoded(direct, 1 + len(keys) + len(args), encoded)
+            if reply is not NOSCRIPT:
                 return reply
-            if not isinstance(reply, NoScriptError):
-                raise reply
         return self(client, keys, args)
 
     def send_encoded(self, client: KeptConnectionClient, arguments: int, encoded: bytes) -> Any:

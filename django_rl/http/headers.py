@@ -193,14 +193,8 @@ def header_values(decisions: Sequence[Decision], mode: str) -> dict[str, str]:
     decisions = [d for d in decisions if not d.shadow]
     if not decisions:
         return headers
-    # closest_to_denial of those reported, inline: min() by _nearness, the first of equals.
-    closest: Decision | None = None
-    nearest: tuple[bool, int, float] | None = None
-    for d in decisions:
-        if d.fallback or not (d.allowed and d.degraded):
-            near = (d.allowed, d.remaining, -(d.reset_after if d.allowed else d.retry_after))
-            if nearest is None or near < nearest:
-                closest, nearest = d, near
+    reported = [d for d in decisions if d.fallback or not (d.allowed and d.degraded)]
+    closest = closest_to_denial(reported) if reported else None
     if mode in ("ietf", "both"):
         items = {d.policy: _policy_item(d.policy, d.limit, d.window) for d in decisions}
         headers["RateLimit-Policy"] = ", ".join(items.values())
@@ -235,7 +229,18 @@ def closest_to_denial(decisions: Iterable[Decision]) -> Decision:
     the one with the fewest hits left, the longer wait (to retry, or to
     recover) breaking a tie.
     """
-    return min(decisions, key=_nearness)
+    # min() by (allowed, remaining, -wait), the first of equals, without a
+    # key function's call per Decision: this runs on every request of
+    # several policies.
+    closest: Decision | None = None
+    nearest: tuple[bool, int, float] | None = None
+    for d in decisions:
+        near = (d.allowed, d.remaining, -(d.reset_after if d.allowed else d.retry_after))
+        if nearest is None or near < nearest:
+            closest, nearest = d, near
+    if closest is None:
+        raise ValueError("closest_to_denial() of no Decisions")
+    return closest
 
 
 def effective_window(decision: Decision) -> int:
@@ -261,10 +266,6 @@ def quota_window(algorithm: Any) -> int | None:
         return max(1, -(-rate.period_ms // 1000))
     limit: int = algorithm.limit
     return max(1, -(-limit * rate.period_ms // (rate.limit * 1000)))
-
-
-def _nearness(decision: Decision) -> tuple[bool, int, float]:
-    return (decision.allowed, decision.remaining, -_wait(decision))
 
 
 def _wait(decision: Decision) -> float:
