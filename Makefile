@@ -20,7 +20,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-SYSTEM_PACKAGES := redis-server=redis-server redis-cli=redis-tools chromium=chromium faketime=faketime openssl=openssl
+SYSTEM_PACKAGES := redis-server=redis-server redis-cli=redis-tools chromium=chromium faketime=faketime openssl=openssl strace=strace
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 BENCH_SYSTEM_PACKAGES := redis-server=redis-server redis-benchmark=redis-tools wrk=wrk

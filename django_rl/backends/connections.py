@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -454,7 +456,7 @@ def _exchange_on_socket(connection: Any, sock: Any, reader: Any, encoded: bytes)
     for several replies; this one, for one, stays the shortest path.)
     """
     try:
-        sock.sendall(encoded)
+        _write(sock, encoded)
     except BaseException as exc:
         error = _failed_write(connection, exc)
         if error is exc:
@@ -508,7 +510,7 @@ def _exchange_many_on_socket(
     handled by redis-py's handlers.
     """
     try:
-        sock.sendall(encoded)
+        _write(sock, encoded)
     except BaseException as exc:
         error = _failed_write(connection, exc)
         if error is exc:
@@ -548,6 +550,38 @@ def _exchange_many_on_socket(
     if pushed or getattr(connection, "_should_reconnect", False):
         _reconnect_if_told(connection)  # see _exchange_on_socket
     return replies
+
+
+#: Whether a plain socket's file descriptor may be written with ``os.write``.
+_WRITE_FD = os.name == "posix"
+
+
+def _write(sock: Any, encoded: bytes) -> None:
+    """Write ``encoded`` on ``sock``, as ``sock.sendall(encoded)`` does, in one system call.
+
+    A socket with a timeout (django-redis' ``SOCKET_TIMEOUT``) makes CPython
+    ``poll`` before every ``send``: two system calls for a write the kernel
+    takes at once whenever the socket's buffer has room, as it has for a
+    decision's few hundred bytes on a connection whose replies were all read.
+    So a plain socket (not TLS: ``ssl.SSLSocket`` is a subclass and keeps
+    ``sendall``) is written with ``os.write`` on its descriptor, which that
+    timeout leaves non-blocking: all of it at once, the usual case, or what
+    the kernel took, and the rest by ``sendall``, which waits for room as
+    long as the timeout allows and raises ``TimeoutError`` after it. Errors
+    are the ``OSError`` s ``sendall`` would raise (a broken pipe, a reset).
+    One ``poll`` saved per round trip: about 1 µs of CPU here
+    (docs/performance.md).
+    """
+    if _WRITE_FD and type(sock) is socket.socket:
+        try:
+            written = os.write(sock.fileno(), encoded)
+        except BlockingIOError:  # no room yet: sendall waits for it
+            written = 0
+        if written == len(encoded):
+            return
+        sock.sendall(memoryview(encoded)[written:])
+        return
+    sock.sendall(encoded)
 
 
 def _failed_write(connection: Any, exc: BaseException) -> BaseException:

@@ -95,6 +95,13 @@ def write_headers(target: HeaderTarget, decisions: Sequence[Decision]) -> None:
     mode = get_settings().headers
     if mode is None:
         return
+    if mode == "ietf" and len(decisions) == 1 and not isinstance(target, dict):
+        # One Decision on a Django response, the usual request: straight
+        # into its headers, from the parts its policy's values share.
+        store = _store_of(target)
+        if store is not None and _store_one_ietf(store, decisions[0]):
+            setattr(target, _WRITTEN_FOR, 1)
+            return
     values = _values(decisions, mode)
     if isinstance(target, dict):  # DRF's view.headers is a plain dict
         target.update(values)
@@ -213,13 +220,46 @@ def _one_ietf(decision: Decision) -> dict[str, str]:
     """Return :func:`header_values` of one Decision in ``ietf`` mode (the usual case), directly."""
     if decision.shadow:
         return {}
-    name = decision.policy
-    headers = {"RateLimit-Policy": _policy_item(name, decision.limit, decision.window)}
+    policy_value, prefix, _ = _ietf_parts(decision.policy, decision.limit, decision.window)
+    headers = {"RateLimit-Policy": policy_value}
     if decision.fallback or not (decision.allowed and decision.degraded):
-        headers["RateLimit"] = (
-            f"{_sf_name(name)};r={decision.remaining};t={effective_window(decision)}"
-        )
+        headers["RateLimit"] = f"{prefix}{decision.remaining};t={effective_window(decision)}"
     return headers
+
+
+def _store_one_ietf(store: dict[str, tuple[str, str]], decision: Decision) -> bool:
+    """Store :func:`_one_ietf`'s headers in a response's ``ResponseHeaders`` dict, as Django would.
+
+    Return ``False``, storing nothing, when Django must check them itself
+    (a policy name that is not ASCII, or holds a line break: see
+    :func:`_store_of`). What :func:`write_headers` does for one Decision,
+    without building the dict of values first.
+    """
+    if decision.shadow:
+        return True  # a shadow policy: nothing to say
+    policy_value, prefix, direct = _ietf_parts(decision.policy, decision.limit, decision.window)
+    if not direct:
+        return False
+    store["ratelimit-policy"] = ("RateLimit-Policy", policy_value)
+    if decision.fallback or not (decision.allowed and decision.degraded):
+        # effective_window, inline; the numbers are ASCII, the prefix is checked.
+        wait = math.ceil(decision.reset_after) if decision.allowed else decision.retry_after_header
+        store["ratelimit"] = ("RateLimit", f"{prefix}{decision.remaining};t={wait}")
+    return True
+
+
+@functools.lru_cache(maxsize=1024)
+def _ietf_parts(name: str, limit: int, window: int | None) -> tuple[str, str, bool]:
+    """Return a policy's ``RateLimit-Policy`` value, the start of its ``RateLimit`` one, and
+    whether both may be stored without Django's checks (ASCII, no line break).
+
+    Made once per policy (cached until the settings change): only the
+    remaining count and ``t`` change from one request to the next.
+    """
+    policy_value = _policy_item(name, limit, window)
+    prefix = _sf_name(name) + ";r="
+    both = policy_value + prefix
+    return policy_value, prefix, both.isascii() and "\n" not in both and "\r" not in both
 
 
 def closest_to_denial(decisions: Iterable[Decision]) -> Decision:
@@ -297,6 +337,7 @@ def _forget_policy_items(*, setting: str, **kwargs: object) -> None:
     global _last
     if setting == "DJANGO_RL":
         _policy_item.cache_clear()
+        _ietf_parts.cache_clear()
         _last = None
 
 
