@@ -17,8 +17,10 @@
 from __future__ import annotations
 
 import gc
+import os
 import random
 import socket
+import stat
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -119,10 +121,13 @@ def ratio(samples: Mapping[str, Samples], row: str, base: str) -> float:
 class SendCounter:
     """Count writes to sockets in this process while :meth:`counting` is active.
 
-    Each round trip is one ``sendall`` (a pipeline or a transaction is one
-    write; every write waits for its replies), whichever layer writes it:
-    redis-py's ``send_packed_command`` or django_rl's kept connection, which
-    writes an encoded decision to the socket itself.
+    Each round trip is one write (a pipeline or a transaction is one write;
+    every write waits for its replies), whichever layer writes it: redis-py's
+    ``send_packed_command`` (``socket.sendall``), or django_rl's kept
+    connection, which writes an encoded decision to a plain socket's
+    descriptor itself (``os.write``, ``connections._write``; only writes to a
+    socket are counted, and the rest of a write the kernel did not take at
+    once, sent by ``sendall``, counts again: never here, for a decision).
     """
 
     def __init__(self) -> None:
@@ -130,18 +135,25 @@ class SendCounter:
 
     @contextmanager
     def counting(self) -> Iterator[None]:
-        original = socket.socket.sendall
+        original_sendall, original_write = socket.socket.sendall, os.write
         counter = self
 
         def sendall(self: Any, *args: Any, **kwargs: Any) -> Any:
             counter.sends += 1
-            return original(self, *args, **kwargs)
+            return original_sendall(self, *args, **kwargs)
+
+        def write(fd: int, data: Any) -> int:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                counter.sends += 1
+            return original_write(fd, data)
 
         socket.socket.sendall = sendall  # type: ignore[method-assign]
+        os.write = write
         try:
             yield
         finally:
-            socket.socket.sendall = original  # type: ignore[method-assign]
+            socket.socket.sendall = original_sendall  # type: ignore[method-assign]
+            os.write = original_write
 
 
 def command_calls(client: redis.Redis) -> dict[str, int]:

@@ -27,7 +27,7 @@ hits (fixed window, sliding log, token bucket, in that order) unless said:
 
 Times as every bench (``bench/measure.py``: interleaved rounds, median and
 p25-p75 of µs per request, CPU µs). Round trips: socket writes
-(``sendall``) in this process (``measure.SendCounter``),
+(``sendall``, or ``os.write`` on a socket) in this process (``measure.SendCounter``),
 which sees the connections to the cluster's members too (django_rl's cluster
 backend runs each slot's script on that primary's own ``redis.Redis``);
 commands and EVALSHA calls: ``INFO commandstats`` summed over the primaries.
@@ -259,7 +259,7 @@ def run(topology: ClusterTopology, *, rounds: int, batch: int) -> dict[str, Any]
         "primaries": topology.shards,
         "policies": list(POLICIES),
         "denied_policies": list(FLOOD),
-        "round_trips_counted_by": "socket writes (sendall) in this process",
+        "round_trips_counted_by": "socket writes (sendall, os.write on a socket) in this process",
         "commands_counted_by": "INFO commandstats summed over the primaries",
         "rows": table,
         "others_remaining": {

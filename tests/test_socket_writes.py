@@ -21,6 +21,8 @@ from typing import ClassVar
 
 import pytest
 
+from bench.measure import SendCounter
+from django_rl import get_policy
 from django_rl.backends.connections import _write
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,3 +143,13 @@ def test_a_closed_peer_raises_the_error_sendall_raises():
             _write(ours, b"*1\r\n$4\r\nPING\r\n")
     finally:
         ours.close()
+
+
+def test_the_benches_count_each_decision_written_on_the_socket_as_one_round_trip(redis_client):
+    policy = get_policy("per_minute")
+    policy.hit("ip:192.0.2.90")  # connected, its script loaded: one write per decision from here
+    counter = SendCounter()
+    with counter.counting():
+        for i in range(4):
+            policy.hit(f"ip:192.0.2.{91 + i}")
+    assert counter.sends == 4
