@@ -125,9 +125,9 @@ class SendCounter:
     every write waits for its replies), whichever layer writes it: redis-py's
     ``send_packed_command`` (``socket.sendall``), or django_rl's kept
     connection, which writes an encoded decision to a plain socket's
-    descriptor itself (``os.write``, ``connections._write``; only writes to a
-    socket are counted, and the rest of a write the kernel did not take at
-    once, sent by ``sendall``, counts again: never here, for a decision).
+    descriptor itself (``os.write``, ``connections._write``; only writes to
+    a socket count). A write the kernel took in part counts twice, its rest
+    going by ``sendall``: a decision's never does.
     """
 
     def __init__(self) -> None:

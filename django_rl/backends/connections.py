@@ -569,8 +569,8 @@ def _write(sock: Any, encoded: bytes) -> None:
     the kernel took, and the rest by ``sendall``, which waits for room as
     long as the timeout allows and raises ``TimeoutError`` after it. Errors
     are the ``OSError`` s ``sendall`` would raise (a broken pipe, a reset).
-    One ``poll`` saved per round trip: about 1 µs of CPU here
-    (docs/performance.md).
+    One ``poll`` saved per round trip: 0.5-1 µs of CPU in a tight loop here,
+    within the noise around a decision (docs/performance.md).
     """
     if _WRITE_FD and type(sock) is socket.socket:
         try:

@@ -95,19 +95,22 @@ def write_headers(target: HeaderTarget, decisions: Sequence[Decision]) -> None:
     mode = get_settings().headers
     if mode is None:
         return
-    if mode == "ietf" and len(decisions) == 1 and not isinstance(target, dict):
-        # One Decision on a Django response, the usual request: straight
-        # into its headers, from the parts its policy's values share.
-        store = _store_of(target)
-        if store is not None and _store_one_ietf(store, decisions[0]):
-            setattr(target, _WRITTEN_FOR, 1)
-            return
-    values = _values(decisions, mode)
     if isinstance(target, dict):  # DRF's view.headers is a plain dict
-        target.update(values)
+        target.update(_values(decisions, mode))
         return
     store = _store_of(target)
-    for name, value in values.items():
+    if store is not None and mode == "ietf" and len(decisions) == 1:
+        # One Decision, the usual request: straight into the response's
+        # headers, from the parts its policy's values share.
+        policy_value, rate_value, direct = _one_ietf_values(decisions[0])
+        if direct:  # (the checks below, made once per policy)
+            if policy_value is not None:
+                store["ratelimit-policy"] = ("RateLimit-Policy", policy_value)
+            if rate_value is not None:
+                store["ratelimit"] = ("RateLimit", rate_value)
+            setattr(target, _WRITTEN_FOR, 1)
+            return
+    for name, value in _values(decisions, mode).items():
         if store is not None and value.isascii() and "\n" not in value and "\r" not in value:
             # What HttpResponse.__setitem__ stores, its checks made here.
             store[name.lower()] = (name, value)
@@ -218,34 +221,29 @@ def header_values(decisions: Sequence[Decision], mode: str) -> dict[str, str]:
 
 def _one_ietf(decision: Decision) -> dict[str, str]:
     """Return :func:`header_values` of one Decision in ``ietf`` mode (the usual case), directly."""
-    if decision.shadow:
-        return {}
-    policy_value, prefix, _ = _ietf_parts(decision.policy, decision.limit, decision.window)
-    headers = {"RateLimit-Policy": policy_value}
-    if decision.fallback or not (decision.allowed and decision.degraded):
-        headers["RateLimit"] = f"{prefix}{decision.remaining};t={effective_window(decision)}"
+    policy_value, rate_value, _ = _one_ietf_values(decision)
+    headers = {} if policy_value is None else {"RateLimit-Policy": policy_value}
+    if rate_value is not None:
+        headers["RateLimit"] = rate_value
     return headers
 
 
-def _store_one_ietf(store: dict[str, tuple[str, str]], decision: Decision) -> bool:
-    """Store :func:`_one_ietf`'s headers in a response's ``ResponseHeaders`` dict, as Django would.
+def _one_ietf_values(decision: Decision) -> tuple[str | None, str | None, bool]:
+    """Return one Decision's ``RateLimit-Policy`` and ``RateLimit`` values (``None``: not sent).
 
-    Return ``False``, storing nothing, when Django must check them itself
-    (a policy name that is not ASCII, or holds a line break: see
-    :func:`_store_of`). What :func:`write_headers` does for one Decision,
-    without building the dict of values first.
+    And whether both may be stored without Django's checks (ASCII, no line
+    break: see :func:`_store_of`). A shadow policy sends neither; a
+    degraded allowed Decision only ``RateLimit-Policy`` (see
+    :func:`header_values`).
     """
     if decision.shadow:
-        return True  # a shadow policy: nothing to say
+        return None, None, True
     policy_value, prefix, direct = _ietf_parts(decision.policy, decision.limit, decision.window)
-    if not direct:
-        return False
-    store["ratelimit-policy"] = ("RateLimit-Policy", policy_value)
-    if decision.fallback or not (decision.allowed and decision.degraded):
-        # effective_window, inline; the numbers are ASCII, the prefix is checked.
-        wait = math.ceil(decision.reset_after) if decision.allowed else decision.retry_after_header
-        store["ratelimit"] = ("RateLimit", f"{prefix}{decision.remaining};t={wait}")
-    return True
+    if decision.allowed and decision.degraded and not decision.fallback:
+        return policy_value, None, direct  # no count to report (fail_open)
+    # effective_window, inline: this runs on nearly every response.
+    wait = math.ceil(decision.reset_after) if decision.allowed else decision.retry_after_header
+    return policy_value, f"{prefix}{decision.remaining};t={wait}", direct
 
 
 @functools.lru_cache(maxsize=1024)
