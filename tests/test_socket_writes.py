@@ -89,9 +89,12 @@ def test_what_the_kernel_cannot_take_at_once_is_sent_in_order_by_sendall():
     def read_slowly() -> None:
         while len(received) < len(payload):
             time.sleep(0.001)
-            received.extend(theirs.recv(1 << 16))
+            data = theirs.recv(1 << 16)
+            if not data:  # our end closed (the write failed): stop
+                return
+            received.extend(data)
 
-    reader = threading.Thread(target=read_slowly)
+    reader = threading.Thread(target=read_slowly, daemon=True)
     reader.start()
     try:
         _write(ours, payload)
