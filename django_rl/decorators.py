@@ -25,11 +25,12 @@ has authenticated the request: see ``drf_views.py``. The deciding itself is
 
 from __future__ import annotations
 
+import difflib
 import functools
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse
@@ -78,6 +79,7 @@ def ratelimit(
     methods: Iterable[str] | None = None,
     cost: int = 1,
     block: bool = True,
+    **unexpected: NoReturn,
 ) -> Callable[[V], V]:
     """Limit a view by named policies of ``DJANGO_RL["POLICIES"]``, or by a policy of its own.
 
@@ -116,7 +118,13 @@ def ratelimit(
         (or above an inline rate's limit).
     :raises ConfigurationError: for an inline rate, algorithm or key that is
         malformed (the message names it).
+
+    An unknown keyword argument is a ``TypeError`` that names the argument
+    meant, if one is close: django-ratelimit's ``method=`` is ``methods=``
+    here. (``**unexpected`` is typed ``NoReturn``: type checkers still refuse it.)
     """
+    if unexpected:
+        raise TypeError(_unexpected_message(unexpected))
     if rate is None and (key, algorithm, group) != (None, None, None):
         raise TypeError(
             "ratelimit(): key, algorithm and group describe an inline policy: give rate="
@@ -172,6 +180,20 @@ def ratelimit(
         return cast(V, wrapper)
 
     return decorator
+
+
+#: The keyword arguments ``ratelimit`` takes, for the message of one it does not.
+_KEYWORDS = ("rate", "key", "algorithm", "group", "methods", "cost", "block")
+
+
+def _unexpected_message(unexpected: Mapping[str, object]) -> str:
+    """Return Python's message for an unknown keyword argument, with the one probably meant."""
+    name = sorted(unexpected)[0]
+    message = f"ratelimit() got an unexpected keyword argument {name!r}"
+    close = difflib.get_close_matches(name.lower(), _KEYWORDS, n=1, cutoff=0.6)
+    if close:
+        return f"{message}; did you mean {close[0]}=?"
+    return f"{message}; it takes {', '.join(k + '=' for k in _KEYWORDS)}"
 
 
 def _inline_cost(rate: object, cost: int) -> None:

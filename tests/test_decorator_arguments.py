@@ -149,3 +149,25 @@ def test_numbers_of_thousands_of_digits_get_short_messages():
         ratelimit("login", cost=-(10**5000))
     with pytest.raises(TypeError, match=r"<a whole number of about 5,001 digits> is not an HTTP"):
         ratelimit("login", methods=[10**5000])
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [("method", "methods"), ("keys", "key"), ("blocked", "block"), ("Methods", "methods")],
+)
+def test_a_misspelt_argument_names_the_one_meant(given, meant):
+    # django-ratelimit's method= is methods= here: the message says so.
+    with pytest.raises(TypeError) as info:
+        ratelimit("login", **{given: ["POST"]})
+    assert str(info.value) == (
+        f"ratelimit() got an unexpected keyword argument {given!r}; did you mean {meant}=?"
+    )
+
+
+def test_an_unknown_argument_lists_those_it_takes():
+    with pytest.raises(TypeError) as info:
+        ratelimit("login", burst=3)
+    assert str(info.value) == (
+        "ratelimit() got an unexpected keyword argument 'burst'; it takes "
+        "rate=, key=, algorithm=, group=, methods=, cost=, block="
+    )
