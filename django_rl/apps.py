@@ -14,6 +14,10 @@ class DjangoRlConfig(AppConfig):
         from django_rl.checks import system as checks  # noqa: F401
         from django_rl.checks.validation import settings_problems
         from django_rl.conf import use_validator
+        from django_rl.core import installed
+
+        # The front doors need not look for the app in INSTALLED_APPS: here it is.
+        installed.ready()
 
         # Settings flow one way: validation reads conf, conf is handed its check.
         use_validator(settings_problems)

@@ -33,6 +33,7 @@ from rest_framework.throttling import BaseThrottle
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.backends.given_time import decisions_at
 from django_rl.contrib.drf_policies import built_policy, policy_for
+from django_rl.core import installed
 from django_rl.core.decision import Decision
 from django_rl.core.engine import settle
 from django_rl.core.rates import RateError
@@ -183,6 +184,8 @@ class SimpleRateThrottle(BaseThrottle):
         rate or cache key. One round trip to Redis, or none when this
         process already knows the key is denied (the deny cache).
         """
+        if not installed.looked:  # once per process: is "django_rl" in INSTALLED_APPS?
+            installed.look()
         if self.rate is None:
             return True
         key = self.key = self.get_cache_key(request, view)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from django_rl.core import together
+from django_rl.core import installed, together
 from django_rl.core.decision import Decision
 from django_rl.core.inline import InlineSpec
 from django_rl.core.policies import Policy, get_policy, inline_policy
@@ -182,6 +182,8 @@ def decide_one(
     without their lists. The Decision is ``None`` when the policy does not
     apply to the request.
     """
+    if not installed.looked:  # once per process: is "django_rl" in INSTALLED_APPS?
+        installed.look()
     decision = policy.hit_request(request, cost)
     http_request = getattr(request, "_request", request)
     # headers.record, inline, as in settle.
@@ -203,6 +205,8 @@ def decide_one(
 
 def settle(request: Any, decisions: Sequence[Decision]) -> list[Decision]:
     """Record ``decisions`` on ``request`` and set ``request.limited``; return all its Decisions."""
+    if not installed.looked:
+        installed.look()
     http_request = getattr(request, "_request", request)
     # headers.record, inline: this runs on every request a front door decides.
     every: list[Decision] | None = getattr(http_request, REQUEST_ATTRIBUTE, None)
@@ -223,6 +227,8 @@ def settle(request: Any, decisions: Sequence[Decision]) -> list[Decision]:
 
 def unlimited(request: Any) -> None:
     """Set ``request.limited`` (``False``) and its Decisions (none) if no front door has."""
+    if not installed.looked:
+        installed.look()
     http_request = getattr(request, "_request", request)
     if not hasattr(http_request, LIMITED):
         setattr(http_request, LIMITED, False)

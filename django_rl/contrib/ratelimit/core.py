@@ -29,6 +29,7 @@ from django_rl.contrib.ratelimit.rates import _PERIODS as _PERIODS
 from django_rl.contrib.ratelimit.rates import _split_rate as _split_rate
 from django_rl.contrib.ratelimit.rates import rate_for, to_rate
 from django_rl.contrib.ratelimit.rates import rate_re as rate_re
+from django_rl.core import installed
 from django_rl.core.inline import policy_name
 from django_rl.observability.history import record_result
 from django_rl.overrides.rules import BLOCK, EXEMPT
@@ -129,6 +130,8 @@ def get_usage(
     """
     if group is None and fn is None:
         raise ImproperlyConfigured("get_usage must be called with either `group` or `fn` arguments")
+    if not installed.looked:  # once per process: is "django_rl" in INSTALLED_APPS?
+        installed.look()
     configured = get_ratelimit_settings()
     if not configured.enable:
         return None
