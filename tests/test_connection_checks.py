@@ -10,9 +10,10 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from django_rl.checks.system import check_settings
+from django_rl.docs_urls import doc_url
 
 URL = "redis://127.0.0.1:6379/0"
-SEE = "See docs/reliability.md."
+SEE = f"See {doc_url('reliability', 'the-connection-timeouts-no-retries-a-pool-of-its-own')}."
 TIMEOUTS = {"SOCKET_CONNECT_TIMEOUT": 0.1, "SOCKET_TIMEOUT": 0.1}
 
 

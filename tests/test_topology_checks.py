@@ -12,8 +12,9 @@ from redis.retry import Retry
 
 from django_rl.checks.system import check_settings
 from django_rl.checks.topology_checks import SENTINEL_KWARGS_HINT, _default_retries
+from django_rl.docs_urls import doc_url
 
-SEE = "See docs/scaling.md."
+SEE = f"See {doc_url('scaling')}."
 TIMEOUTS = {"SOCKET_CONNECT_TIMEOUT": 0.1, "SOCKET_TIMEOUT": 0.1}
 CLUSTER = "django_rl.redis_cluster.RedisClusterClient"
 SENTINEL = {

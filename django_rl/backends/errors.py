@@ -48,6 +48,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import MasterNotFoundError
 
 from django_rl.backends.clock import ClockError
+from django_rl.docs_urls import doc_url
 
 
 class Reply(NamedTuple):
@@ -72,7 +73,7 @@ REPLIES: dict[str, Reply] = {
         logging.ERROR,
         "refuses a command to this connection's ACL user",
         "Grant the user the commands and keys django_rl uses "
-        "(docs/security.md, 'A Redis user of its own', gives the rule)",
+        f"({doc_url('security', 'a-redis-user-of-its-own')} gives the rule)",
     ),
     "unknown_command": Reply(
         logging.ERROR,

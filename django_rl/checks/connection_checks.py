@@ -28,8 +28,9 @@ from typing import Any
 
 from django_rl.backends.redis import is_cluster_alias
 from django_rl.checks.validation import Problem
+from django_rl.docs_urls import doc_url
 
-_SEE = "See docs/reliability.md."
+_SEE = f"See {doc_url('reliability', 'the-connection-timeouts-no-retries-a-pool-of-its-own')}."
 
 
 def connection_warnings(alias: str, caches: Mapping[str, Any]) -> list[Problem]:

@@ -55,12 +55,13 @@ from django_rl.checks.validation import policy_problems, settings_problems
 from django_rl.conf import DEFAULTS, raw_settings
 from django_rl.core.plans import is_rate_function
 from django_rl.core.rates import parse_rate
+from django_rl.docs_urls import doc_url
 from django_rl.exceptions import ConfigurationError
 
 #: The longest ``manage.py check`` waits for the server checks, in seconds.
 CHECK_TIMEOUT = 10.0
-_SEE = "See docs/reliability.md, 'Servers'."
-_SECURITY = "docs/security.md gives the least-privilege rule"
+_SEE = f"See {doc_url('reliability', 'servers')}."
+_SECURITY = f"{doc_url('security', 'a-redis-user-of-its-own')} gives the least-privilege rule"
 #: Eviction policies that never delete a key before its TTL.
 SAFE_EVICTION = frozenset({"noeviction"})
 
@@ -250,7 +251,7 @@ def _failed_trial(
         hint = (
             "This server refuses TIME inside scripts (some managed services do): set "
             "DJANGO_RL['CLOCK'] = 'app' to pass this host's time to the scripts "
-            "(docs/settings.md says what that costs)."
+            f"({doc_url('settings')} says what that costs)."
         )
     return Error(
         f"Redis for rate limiting ({where}) {reply.cause}: the {algorithm} algorithm (policy "
@@ -299,7 +300,7 @@ def _unreachable(where: str, exc: RedisError) -> CheckMessage:
             f"Redis for rate limiting ({where}) refuses this connection's credentials ({message})",
             hint="Check the user name and password in the alias' LOCATION "
             "(redis://USER:PASSWORD@host:port/0) or its OPTIONS['PASSWORD']. "
-            "See docs/settings.md, 'TLS and passwords'.",
+            f"See {doc_url('settings', 'tls-and-passwords')}.",
             id="django_rl.E072",
         )
     if _is_tls_failure(exc):
@@ -307,7 +308,7 @@ def _unreachable(where: str, exc: RedisError) -> CheckMessage:
             f"Redis for rate limiting ({where}) could not be reached over TLS ({message})",
             hint="Check that the LOCATION is rediss:// on the server's TLS port, and that "
             "OPTIONS['CONNECTION_POOL_KWARGS']['ssl_ca_certs'] names the CA that signed the "
-            "server's certificate. See docs/settings.md, 'TLS and passwords'.",
+            f"server's certificate. See {doc_url('settings', 'tls-and-passwords')}.",
             id="django_rl.E073",
         )
     return Warning(

@@ -33,8 +33,9 @@ from django.utils.module_loading import import_string
 
 from django_rl.checks.connection_checks import retry_count
 from django_rl.checks.validation import Problem
+from django_rl.docs_urls import doc_url
 
-_SEE = "See docs/scaling.md."
+_SEE = f"See {doc_url('scaling')}."
 CLUSTER_CLIENT = "django_rl.redis_cluster.RedisClusterClient"
 #: SENTINEL_KWARGS that keep a sentinel query to one socket timeout.
 SENTINEL_KWARGS_HINT = (

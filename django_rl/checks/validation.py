@@ -23,6 +23,7 @@ from django_rl.core.keys import INLINE_NAME, SAFE_NAME
 from django_rl.core.plans import SAMPLE_RATE, RateSpecError, is_rate_function, resolve_rate_function
 from django_rl.core.rates import Rate, RateError, parse_rate
 from django_rl.core.reprs import short_repr
+from django_rl.docs_urls import doc_url
 from django_rl.exceptions import ConfigurationError
 
 #: Policy keys every algorithm accepts.
@@ -513,6 +514,7 @@ def _fallback_warnings(spec: Mapping[str, object], algorithm: object, where: str
             f"policy's rate {rate}: while Redis cannot answer, each process lets through "
             "more than the whole site does when it can",
             "Use a fallback_rate of at most the policy's rate divided by the number of "
-            "processes (docs/reliability.md, 'Outage fallback').",
+            "processes: "
+            + doc_url("reliability", "outage-fallback-keep-limiting-while-redis-cannot-answer"),
         )
     ]

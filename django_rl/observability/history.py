@@ -67,6 +67,7 @@ from django.dispatch import receiver
 
 from django_rl.core.decision import Decision
 from django_rl.core.keys import safe_identity
+from django_rl.docs_urls import doc_url
 
 logger = logging.getLogger("django_rl")
 
@@ -371,7 +372,8 @@ def write(counts: Counts, denied: Denied) -> set[tuple[str, int, str]]:
 _REFUSAL_HINTS = {
     "noperm": (
         "The connection's ACL user lacks a command the history needs: give it the rule "
-        "of django_rl.checks.acl.acl_rule(KEY_PREFIX) (docs/security.md)."
+        "of django_rl.checks.acl.acl_rule(KEY_PREFIX) "
+        f"({doc_url('security', 'a-redis-user-of-its-own')})."
     ),
     "oom": "Redis is out of memory (maxmemory) with a noeviction policy.",
 }

@@ -18,6 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from django_rl.contrib.ratelimit.conf import get_ratelimit_settings
+from django_rl.docs_urls import doc_url
 
 #: ``key(group, request) -> value``: a callable key, or the one a dotted path names.
 KeyFunction = Callable[[str, Any], object]
@@ -45,7 +46,8 @@ def _get_ip(request: Any) -> str:
             raise ImproperlyConfigured(
                 "IP address in REMOTE_ADDR is empty. This can happen when using a reverse "
                 "proxy and connecting to the app server with Unix sockets. Set "
-                "RATELIMIT_IP_META_KEY to where the client's address is (see docs/migrating.md)."
+                "RATELIMIT_IP_META_KEY to where the client's address is "
+                f"(see {doc_url('migrating', 'from-django-ratelimit')})."
             )
     elif callable(meta_key):
         address = meta_key(request)
