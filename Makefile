@@ -5,7 +5,9 @@
 # make test's); fetches the servers it needs into .servers/ first.
 # make lint: ruff (lint and format) and mypy --strict over django_rl/.
 # make matrix: the test suite under every Django x Python pair of tox.ini.
-# make demo: the example site on 127.0.0.1:8000 with its own Redis (or REDIS_URL).
+# make demo: the example site on 127.0.0.1:8000 (DEMO_PORT=8001 for another port) with its
+# own Redis (or REDIS_URL), in its own small .venv-demo (django_rl with DRF and
+# prometheus_client, nothing of the test or lint toolchains).
 # make bench-admin: time the admin's live counters with 1,000,000 keys in Redis.
 # make bench-scaling: commands, bytes and server CPU per decision (docs/scaling.md).
 # make screenshot: retake docs/admin-live-counters.png and docs/admin-charts.png with the browser test.
@@ -21,11 +23,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SYSTEM_PACKAGES := redis-server=redis-server redis-cli=redis-tools chromium=chromium faketime=faketime openssl=openssl strace=strace
+DEMO_VENV := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed-stamp
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 BENCH_SYSTEM_PACKAGES := redis-server=redis-server redis-benchmark=redis-tools wrk=wrk
 
-.PHONY: test test-servers lint matrix demo bench venv system-packages clean bench-admin bench-scaling screenshot
+.PHONY: test test-servers lint matrix demo demo-venv bench venv system-packages clean bench-admin bench-scaling screenshot
 
 test: venv system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -52,10 +56,19 @@ matrix: venv system-packages
 	PATH="$$(scripts/interpreters-path.sh)" $(BIN)/tox run-parallel --parallel $(TOX_PARALLEL) --parallel-no-spinner
 
 # Without REDIS_URL the demo needs redis-server; installing it may fail where
-# apt-get cannot run, and then the demo says how to install it.
-demo: venv
+# apt-get cannot run, and then the demo says how to install it. DEMO_PORT, in the
+# environment or on the command line (make demo DEMO_PORT=8001), picks the port.
+demo: demo-venv
 	-@scripts/ensure-system-packages.sh redis-server=redis-server
-	$(BIN)/python scripts/demo.py
+	$(DEMO_VENV)/bin/python scripts/demo.py
+
+demo-venv: $(DEMO_STAMP)
+
+$(DEMO_STAMP): setup.cfg pyproject.toml
+	test -x $(DEMO_VENV)/bin/python || $(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install --quiet -e '.[drf,prometheus]'
+	touch $(DEMO_STAMP)
 
 bench-admin: venv system-packages
 	$(BIN)/python bench/admin_page.py $(BENCH_ARGS)
@@ -87,4 +100,4 @@ $(BENCH_STAMP): setup.cfg pyproject.toml
 	touch $(BENCH_STAMP)
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build dist *.egg-info
+	rm -rf $(VENV) $(DEMO_VENV) $(BENCH_VENV) build dist *.egg-info

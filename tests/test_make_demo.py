@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -57,6 +59,13 @@ def redis_of(log: Path) -> redis_py.Redis:
     return redis_py.Redis.from_url(found[1])
 
 
+def manage_command(banner: str) -> str:
+    """Return the command line the banner gives for manage.py against the demo's Redis."""
+    found = re.search(r"manage.py commands against this demo's Redis.*:\n  (.*)\n", banner)
+    assert found is not None, banner
+    return found[1]
+
+
 def history_totals(
     client: redis_py.Redis, policy: str, expected: list[int], within: float
 ) -> list[int]:
@@ -73,10 +82,89 @@ def history_totals(
         time.sleep(0.1)
 
 
-def test_make_demo_serves_the_site_and_stops_cleanly(tmp_path):
+def demo_env(**more: str) -> dict[str, str]:
+    """Return this environment without REDIS_URL (the demo starts its own Redis), plus ``more``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DEMO_PORT")}
+    env.update(more)
+    return env
+
+
+@pytest.fixture(scope="module")
+def demo_venv() -> Path:
+    """Make the demo's own virtualenv first: the site's wait below is not for pip."""
+    done = subprocess.run(
+        ["make", "--no-print-directory", "demo-venv"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return ROOT / ".venv-demo"
+
+
+def test_the_demo_installs_only_what_the_site_needs(demo_venv):
+    listed = subprocess.run(
+        [str(demo_venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    installed = {line.split("==")[0].lower().replace("_", "-") for line in listed.split()}
+    assert {"django", "django-redis", "redis", "djangorestframework", "prometheus-client"} <= (
+        installed
+    )
+    # Nothing of the test or lint toolchains (the project's .venv has them).
+    assert not installed & {"pytest", "ruff", "mypy", "playwright", "tox", "hypothesis"}
+
+
+def test_a_busy_port_is_named_and_the_demo_fails(demo_venv, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = demo_env(DEMO_PORT=str(port), EXAMPLE_DB=str(tmp_path / "demo.sqlite3"))
+        done = subprocess.run(
+            ["make", "--no-print-directory", "demo"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    assert (
+        f"Port {port} on 127.0.0.1 is busy (Address already in use): another server listens "
+        f"there. Stop it, or choose another port with DEMO_PORT, e.g. "
+        f"`make demo DEMO_PORT={port + 1}`." in done.stderr
+    ), output
+    # It stops before starting anything: no banner, no Redis.
+    assert "Demo superuser" not in output
+    assert "redis-server" not in output
+
+
+def test_a_bound_port_that_does_not_listen_is_busy_too(demo_venv, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            ["make", "--no-print-directory", "demo", f"DEMO_PORT={port}"],
+            cwd=ROOT,
+            env=demo_env(EXAMPLE_DB=str(tmp_path / "demo.sqlite3")),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode != 0
+    assert f"Port {port} on 127.0.0.1 is busy" in done.stderr, done.stdout + done.stderr
+    assert "DEMO_PORT" in done.stderr
+
+
+def test_make_demo_serves_the_site_and_stops_cleanly(demo_venv, tmp_path):
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    env.update(DEMO_PORT=str(port), EXAMPLE_DB=str(tmp_path / "demo.sqlite3"))
+    env = demo_env(DEMO_PORT=str(port), EXAMPLE_DB=str(tmp_path / "demo.sqlite3"))
     log = tmp_path / "demo.log"
     with log.open("wb") as out:
         demo = subprocess.Popen(
@@ -98,6 +186,22 @@ def test_make_demo_serves_the_site_and_stops_cleanly(tmp_path):
         with urllib.request.urlopen(f"{base}/metrics/", timeout=5) as response:
             metrics = response.read().decode()
         assert 'django_rl_decisions_total{policy="search",result="shadow_denied"} 2.0' in metrics
+        # The banner's manage.py command runs against the demo's Redis and sees the 429.
+        command = manage_command(log.read_text())
+        assert command.startswith(f"cd {shlex.quote(str(ROOT))} && REDIS_URL=redis://")
+        assert " .venv-demo/bin/python manage.py ratelimit policies" in command
+        top = subprocess.run(
+            command.replace("ratelimit policies", "ratelimit top login"),
+            shell=True,
+            env={k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert top.returncode == 0, top.stderr
+        assert re.search(r"^ip:127\.0\.0\.1 +5 / 5 +0 +denied", top.stdout, re.MULTILINE), (
+            top.stdout
+        )
         # The charts fill: the server's history thread writes within its interval.
         redis = redis_of(log)
         try:
