@@ -95,3 +95,71 @@ def test_every_check_id_is_documented():
     text = (ROOT / "docs" / "checks.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"^\| `(django_rl\.[EWI]\d{3})` \|", text, re.MULTILINE))
     assert emitted == documented
+
+
+#: A table's delimiter row: ``|---|:---:|``.
+DELIMITER = re.compile(r"\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?")
+
+
+def cells(row: str) -> int:
+    """Return how many cells a table row has, as GitHub counts them.
+
+    Every ``|`` not escaped as ``\\|`` splits cells, inside code spans too.
+    """
+    parts = re.split(r"(?<!\\)\|", row.strip())
+    return len(parts) - (parts[0].strip() == "") - (len(parts) > 1 and parts[-1].strip() == "")
+
+
+def table_faults(text: str) -> list[str]:
+    """Return the table rows of markdown ``text`` that GitHub would not show as written."""
+    faults = []
+    lines = text.splitlines()
+    in_code, header = False, None
+    for number, line in enumerate(lines, start=1):
+        if line.lstrip().startswith("```"):
+            in_code, header = not in_code, None
+            continue
+        if in_code or not line.lstrip().startswith("|"):
+            header = None
+            continue
+        if header is None:
+            following = lines[number] if number < len(lines) else ""
+            if not DELIMITER.fullmatch(following.strip()):
+                faults.append(f"line {number}: a row outside a table (no header above it)")
+                header = -1
+            else:
+                header = cells(line)
+        elif header > 0 and not DELIMITER.fullmatch(line.strip()) and cells(line) != header:
+            faults.append(f"line {number}: {cells(line)} cells under a header of {header}")
+    return faults
+
+
+def test_the_table_checker_finds_a_broken_row():
+    table = "| a | b |\n|---|---|\n| `x|y` | z |\n| ok \\| ok | z |\n\n| orphan | row |\n"
+    assert table_faults(table) == [
+        "line 3: 3 cells under a header of 2",
+        "line 6: a row outside a table (no header above it)",
+    ]
+
+
+@pytest.mark.parametrize(
+    "doc",
+    sorted(p.relative_to(ROOT).as_posix() for p in [ROOT / "README.md", *ROOT.glob("docs/*.md")]),
+)
+def test_every_table_row_has_its_headers_cells(doc):
+    assert table_faults((ROOT / doc).read_text(encoding="utf-8")) == []
+
+
+def test_the_algorithms_accepted_are_those_documented():
+    from django_rl.algorithms import ALGORITHMS
+
+    inline = {name for name, kind in ALGORITHMS.items() if kind.parameters == {"rate"}}
+    text = (ROOT / "docs" / "inline.md").read_text(encoding="utf-8")
+    row = re.search(r"^\| `algorithm` \| [^|]*\| (.*)$", text, re.MULTILINE)
+    assert row is not None
+    accepted = row[1].split("(")[0]  # what the row says is accepted, before its reasons
+    assert set(re.findall(r"`(\w+)`", accepted)) == inline
+    checks = (ROOT / "docs" / "checks.md").read_text(encoding="utf-8")
+    e006 = re.search(r"^\| `django_rl\.E006` \|.*$", checks, re.MULTILINE)
+    assert e006 is not None
+    assert set(re.findall(r"`(\w+)`", e006[0])) >= set(ALGORITHMS)
