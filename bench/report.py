@@ -114,8 +114,8 @@ def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     shadow, plain = seen["shadow"]["shadow"], seen["shadow"]["plain"]
     target(
         "shadow mode adds no round trip and no command",
-        f"{shadow['round_trips']:g} vs {plain['round_trips']:g} round trips, "
-        f"{shadow['commands']:g} vs {plain['commands']:g} commands",
+        f"round trips {shadow['round_trips']:g} vs {plain['round_trips']:g}, "
+        f"commands {shadow['commands']:g} vs {plain['commands']:g}",
         shadow["round_trips"] <= plain["round_trips"] and shadow["commands"] <= plain["commands"],
     )
     overridden = results["overrides"]
