@@ -135,3 +135,11 @@ def test_every_doc_url_names_a_page_and_heading_that_exist():
         text = (ROOT / "docs" / f"{page}.md").read_text(encoding="utf-8")
         headings = {slug(h) for h in re.findall(r"^#+ (.*)$", text, re.MULTILINE)}
         assert not anchor or anchor[0] in headings, (page, anchor)
+
+
+def test_the_readme_installs_from_the_projects_url():
+    # Not on PyPI yet: the install command names the repository doc_url points into.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f'pip install "django-rl[drf] @ git+{HOME}"' in readme
+    assert 'pip install -e ".[drf]"' in readme
+    assert not re.search(r'pip install "django-rl\[drf\]"\s', readme)
