@@ -76,13 +76,23 @@ class ClusterMember(RedisNode):
         then reaches the slot's keys here.
         """
         local = self._local
-        local.asking = True
-        self._set_asking(True)
+        # The client's lock is held throughout, from before ASKING is on: a
+        # thread that shares it (a full pool) must not send ASKING before
+        # its own commands.
+        client: KeptConnectionClient | None = getattr(local, "client", None)
+        if client is not None and not client.single_connection_lock.acquire(False):
+            client.wait_turn()
         try:
-            yield
+            local.asking = True
+            self._set_asking(True)
+            try:
+                yield
+            finally:
+                local.asking = False
+                self._set_asking(False)
         finally:
-            local.asking = False
-            self._set_asking(False)
+            if client is not None:
+                client.single_connection_lock.release()
 
     def _set_asking(self, value: bool) -> None:
         client: KeptConnectionClient | None = getattr(self._local, "client", None)

@@ -1,4 +1,10 @@
-"""A redis-py client that keeps one connection of a pool for the thread that uses it."""
+"""A redis-py client that keeps one connection of a pool for the threads that use it.
+
+Usually one thread: each thread that decides keeps a connection of its own.
+When the pool is full, threads beyond it share the kept connections (see
+``RedisNode.client``): every exchange on a kept connection (a write and the
+reads of its replies) takes the client's lock, so threads take turns on it.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +15,44 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis import Redis
+from redis import exceptions as redis_exceptions
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_rl.backends import resp
 
 #: A command as a redis-py pipeline stages it: its arguments and its options.
 Command = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+class PoolExhausted(RedisError):
+    """No connection of the pool came free within the socket timeout.
+
+    Raised for a thread that found the pool full and waited that long for a
+    turn on a connection (``RedisNode.client``). Not an outage: the server may
+    answer every other call. A decision that meets it follows its
+    ``fallback_rate`` or ``fail_open``, as for any Redis error; it is logged
+    once per incident (kind ``pool``, ``errors.py``).
+    """
+
+
+#: What redis-py raises when its pool is full: ``MaxConnectionsError`` (a
+#: ``ConnectionError``; a plain one before redis-py 5.1) from a
+#: ``ConnectionPool`` at ``max_connections``, ``ConnectionError`` from a
+#: ``BlockingConnectionPool`` that waited its ``timeout`` for one.
+_POOL_FULL_MESSAGES = ("Too many connections", "No connection available.")
+
+
+#: redis-py's class for it, where it has one (``()`` matches nothing).
+_MAX_CONNECTIONS: Any = getattr(redis_exceptions, "MaxConnectionsError", ())
+
+
+def pool_full(exc: BaseException) -> bool:
+    """Return whether ``exc`` is redis-py's error for a pool with no connection to give."""
+    return isinstance(exc, _MAX_CONNECTIONS) or (
+        isinstance(exc, RedisConnectionError) and str(exc) in _POOL_FULL_MESSAGES
+    )
 
 
 class KeptConnectionClient(Redis):
@@ -38,7 +74,14 @@ class KeptConnectionClient(Redis):
         an ``ASKING`` (a whole ``MULTI``/``EXEC`` counts as one command, so
         one ``ASKING`` before ``MULTI`` covers it). Its reply is read and
         dropped. Set by the cluster backend, for one operation, on the
-        client of the thread that follows the redirect.
+        client of the thread that follows the redirect, which holds the
+        client's lock meanwhile (``ClusterMember.asking``).
+
+    Thread-safe: each call takes the client's lock (redis-py's
+    ``single_connection_lock``, reentrant) for its whole exchange. Its owner
+    finds it free (0.1 µs); a thread sharing it (the pool is full) waits for
+    its turn up to the connection's socket timeout, then raises
+    :class:`PoolExhausted`.
     """
 
     _worked = False
@@ -51,16 +94,50 @@ class KeptConnectionClient(Redis):
     #: Whether an encoded command goes straight to the socket (:func:`_exchange_on_socket`).
     _on_socket: bool | None = None
 
+    #: Threads that took this client as theirs (``RedisNode.client``); the
+    #: last to let go of it closes it. Counted under the node's lock.
+    holders = 1
+    #: The node's generation when this client was made (``RedisNode.client``).
+    generation = 0
+
+    #: Set when its generation is over (``RedisNode``): its connection is
+    #: closed before it goes back to the pool (:meth:`close`), whichever
+    #: thread lets go of the client last, or its garbage collection.
+    suspect = False
+
+    def close(self) -> None:
+        connection: Any = self.connection
+        if self.suspect and connection is not None:
+            connection.disconnect()
+        super().close()
+
+    def wait_turn(self) -> None:
+        """Take the client's lock, which another thread holds: wait up to the socket timeout.
+
+        :raises PoolExhausted: if the lock is not free by then.
+        """
+        timeout = getattr(self.connection, "socket_timeout", None)
+        if not self.single_connection_lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise PoolExhausted(
+                f"every connection of the pool was in use for {timeout:g} s (the socket timeout)"
+            )
+
     def execute_command(self, *args: Any, **options: Any) -> Any:
+        lock = self.single_connection_lock
+        if not lock.acquire(False):
+            self.wait_turn()
         try:
-            result = self._command(args, options)
-        except RedisConnectionError:
-            if not self._worked:
-                raise
-            self._reconnecting()
-            result = self._command(args, options)
-        self._worked = True
-        return result
+            try:
+                result = self._command(args, options)
+            except RedisConnectionError:
+                if not self._worked:
+                    raise
+                self._reconnecting()
+                result = self._command(args, options)
+            self._worked = True
+            return result
+        finally:
+            lock.release()
 
     def _command(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         if self.asking:
@@ -75,8 +152,9 @@ class KeptConnectionClient(Redis):
     def _direct(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         """Send one command on the kept connection and parse its reply: redis-py's own
         ``execute_command`` for a connection that never retries, without its steps for
-        what this client never is (shared by threads: a lock; pooled: a checkout; retried:
-        a closure per call; observed by redis-py's OpenTelemetry: a look-up per call).
+        what this client never is (pooled: a checkout; retried: a closure per call;
+        observed by redis-py's OpenTelemetry: a look-up per call). Its lock
+        (shared by threads) is :meth:`execute_command`'s.
 
         As redis-py does: an error redis-py's retry would handle (no answer, a
         timeout) closes the connection before it is raised; a connection told
@@ -118,28 +196,34 @@ class KeptConnectionClient(Redis):
         a connection that had worked and broke is replaced and the command sent
         once more.
         """
-        # _exchange_encoded for one reply, inline: this runs on every decision.
-        connection: Any = self.connection  # redis-py's Connection is untyped
-        sockets = self._on_socket
-        if sockets is None:
-            sockets = self._on_socket = _socket_path_possible(connection)
-        if sockets:
-            sock, reader = connection._sock, connection._parser._reader
-            if sock is not None and reader is not None:  # connected
-                try:
-                    reply = _exchange_on_socket(connection, sock, reader, encoded)
-                except RedisConnectionError:
-                    _reconnect_if_told(connection)
-                    if not self._worked:
+        lock = self.single_connection_lock
+        if not lock.acquire(False):
+            self.wait_turn()
+        try:
+            # _exchange_encoded for one reply, inline: this runs on every decision.
+            connection: Any = self.connection  # redis-py's Connection is untyped
+            sockets = self._on_socket
+            if sockets is None:
+                sockets = self._on_socket = _socket_path_possible(connection)
+            if sockets:
+                sock, reader = connection._sock, connection._parser._reader
+                if sock is not None and reader is not None:  # connected
+                    try:
+                        reply = _exchange_on_socket(connection, sock, reader, encoded)
+                    except RedisConnectionError:
+                        _reconnect_if_told(connection)
+                        if not self._worked:
+                            raise
+                        self._reconnecting()
+                        reply = self._send_encoded(encoded, 1)[0]
+                    except BaseException:
+                        _reconnect_if_told(connection)
                         raise
-                    self._reconnecting()
-                    reply = self._send_encoded(encoded, 1)[0]
-                except BaseException:
-                    _reconnect_if_told(connection)
-                    raise
-                self._worked = True
-                return reply
-        return self._exchange_encoded(encoded, 1)[0]
+                    self._worked = True
+                    return reply
+            return self._exchange_encoded(encoded, 1)[0]
+        finally:
+            lock.release()
 
     def transaction_encoded(self, encoded: bytes, count: int) -> list[Any]:
         """Run a MULTI/EXEC already encoded in RESP (``count`` commands); return their replies.
@@ -150,10 +234,20 @@ class KeptConnectionClient(Redis):
         Only when :meth:`direct_ready`. Replies, errors and the one resend on a
         new connection as :meth:`transaction_replies`.
         """
-        return _transaction_result(self._exchange_encoded(encoded, count + 2), asking=False)
+        lock = self.single_connection_lock
+        if not lock.acquire(False):
+            self.wait_turn()
+        try:
+            replies = self._exchange_encoded(encoded, count + 2)
+        finally:
+            lock.release()
+        return _transaction_result(replies, asking=False)
 
     def _exchange_encoded(self, encoded: bytes, count: int) -> list[Any]:
-        """Send ``encoded``; return its ``count`` replies as read, error replies in place."""
+        """Send ``encoded``; return its ``count`` replies as read, error replies in place.
+
+        The caller holds the client's lock.
+        """
         connection: Any = self.connection  # redis-py's Connection is untyped
         sockets = self._on_socket
         if sockets is None:
@@ -213,14 +307,20 @@ class KeptConnectionClient(Redis):
 
         :raises redis.exceptions.RedisError: if Redis cannot answer (no reply).
         """
+        lock = self.single_connection_lock
+        if not lock.acquire(False):
+            self.wait_turn()
         try:
-            replies = self._exchange(commands)
-        except RedisConnectionError:
-            if not self._worked:
-                raise
-            self._worked = False
-            replies = self._exchange(commands)
-        self._worked = True
+            try:
+                replies = self._exchange(commands)
+            except RedisConnectionError:
+                if not self._worked:
+                    raise
+                self._worked = False
+                replies = self._exchange(commands)
+            self._worked = True
+        finally:
+            lock.release()
         return [reply.value for reply in replies]
 
     def _exchange(self, commands: Sequence[Command]) -> list[_Reply]:
@@ -233,7 +333,7 @@ class KeptConnectionClient(Redis):
             if asking:
                 wire.append(("ASKING",))
             wire.append(args)
-        # No lock: a kept-connection client belongs to one thread.
+        # (The caller holds the client's lock.)
         try:
             connection.send_packed_command(connection.pack_commands(wire))
             replies = []
@@ -264,14 +364,20 @@ class KeptConnectionClient(Redis):
             command fails (the first error reply is raised; every reply is
             read all the same, so the connection stays usable).
         """
+        lock = self.single_connection_lock
+        if not lock.acquire(False):
+            self.wait_turn()
         try:
-            replies = self._run_transaction(commands)
-        except RedisConnectionError:
-            if not self._worked:
-                raise
-            self._reconnecting()
-            replies = self._run_transaction(commands)
-        self._worked = True
+            try:
+                replies = self._run_transaction(commands)
+            except RedisConnectionError:
+                if not self._worked:
+                    raise
+                self._reconnecting()
+                replies = self._run_transaction(commands)
+            self._worked = True
+        finally:
+            lock.release()
         return replies
 
     def _reconnecting(self) -> None:
@@ -290,7 +396,7 @@ class KeptConnectionClient(Redis):
         parts = [_ASKING, _MULTI] if asking else [_MULTI]
         parts += _encode_all(connection, commands, here=self.direct_ready())
         parts.append(_EXEC)
-        # No lock: a kept-connection client belongs to one thread.
+        # (The caller holds the client's lock.)
         try:
             connection.send_packed_command([b"".join(parts)])
             # (+OK for ASKING), +OK for MULTI, +QUEUED for each command, then

@@ -18,7 +18,9 @@ new connection of a Sentinel-managed alias: the primary may be fine, and the
 connections already open to it keep working), and, on a Redis Cluster, a
 **slot that keeps moving** under a decision (``ASK`` and ``TRYAGAIN`` are
 followed; ``migrating`` counts a decision that still met one after a few
-tries).
+tries); and a **pool with no free connection** for the socket timeout
+(``PoolExhausted``, kind ``pool``: see ``RedisNode.client``; a full pool
+alone is none of this, since threads beyond it share connections).
 
 Every error has a **kind**, a short stable name under which the failed calls
 are counted (``Health.errors``): outages are ``connection``, ``timeout``,
@@ -111,6 +113,12 @@ REPLIES: dict[str, Reply] = {
         "cannot be found by new connections: no sentinel names its primary",
         "Check that the sentinels of OPTIONS['SENTINELS'] run and can be reached; "
         "connections already open keep counting",
+    ),
+    "pool": Reply(
+        logging.WARNING,
+        "had no connection of this process' pool free for a whole socket timeout",
+        "Raise the alias' OPTIONS['CONNECTION_POOL_KWARGS']['max_connections'] "
+        "(redis-py's default is 100), or find what holds its connections that long",
     ),
     "migrating": Reply(
         logging.WARNING,

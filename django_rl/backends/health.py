@@ -178,6 +178,20 @@ class Health:
         """
         self._incident(exc, "sentinel")
 
+    def pool_exhausted(self, exc: Exception) -> None:
+        """Record a call that waited a whole socket timeout for a connection of the pool.
+
+        Counted as ``pool`` and logged once per incident, like an error
+        reply; no answer of the server either, so nothing starts or ends an
+        outage here. During an outage it is only counted: the outage's line
+        explains it (the connections are held by calls waiting for a server
+        that does not answer).
+        """
+        if self.down:
+            self._count("pool")
+            return
+        self._incident(exc, "pool")
+
     def _incident(self, exc: Exception, kind: str) -> None:
         self._count(kind)
         now = time.monotonic()

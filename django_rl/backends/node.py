@@ -11,13 +11,19 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from redis import Redis
+from redis import BlockingConnectionPool, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from django_rl.backends.capabilities import MINIMUM_VERSION, Capabilities, detect
 from django_rl.backends.clock import ClockUnavailable, ServerClock
-from django_rl.backends.connections import Command, KeptConnectionClient, discard
+from django_rl.backends.connections import (
+    Command,
+    KeptConnectionClient,
+    PoolExhausted,
+    discard,
+    pool_full,
+)
 from django_rl.backends.errors import (
     lacks_replicas,
     makes_connections_stale,
@@ -46,12 +52,17 @@ REPLACE_INTERVAL = 0.25
 #: learned again.
 RELEARN_KINDS = frozenset({"unknown_command", "wrong_arguments"})
 
+#: Seconds between two tries of a full pool that no kept connection of the
+#: node can be shared from (the application's own calls hold it all).
+POOL_POLL = 0.005
+
 
 class RedisNode:
     """One Redis server: the single one of a ``CACHES`` alias, or a primary of a cluster.
 
     Holds a redis-py client per thread, each on one connection of the
-    server's process-wide pool (see :attr:`client`), the estimate of the
+    server's process-wide pool, shared by threads when the pool is full
+    (see :attr:`client`), the estimate of the
     server's clock (:meth:`now_ms`), and the :class:`Health` that logs an
     outage of this server once, not once per request.
 
@@ -67,6 +78,9 @@ class RedisNode:
         self.address = address
         self._pooled = pooled
         self._local = threading.local()
+        #: Every thread's kept client, for threads that find the pool full to share.
+        self._kept: weakref.WeakSet[KeptConnectionClient] = weakref.WeakSet()
+        self._kept_lock = threading.Lock()
         self.clock = ServerClock(self._read_server_time)
         # When an outage ends, connections left from before it are replaced:
         # in a failover some may still reach the old primary.
@@ -100,19 +114,99 @@ class RedisNode:
         replaced (see :class:`KeptConnectionClient`), and after any thread met
         an error that makes every connection suspect, each thread replaces its
         own on its next call (see :meth:`record_failure`).
+
+        **A full pool** (more threads decide than the pool's
+        ``max_connections``, redis-py's default 100) is no outage: a thread
+        that finds it full shares the kept client of another thread (the
+        one fewest threads share), taking turns on its connection (its lock,
+        see :class:`KeptConnectionClient`); with none to share (the
+        application's own calls hold the pool), it waits for a free
+        connection. Either wait lasts at most the socket timeout, then
+        :class:`PoolExhausted` (logged once per incident, kind ``pool``).
+        Shared clients are current ones only: after a change of generation a
+        thread shares none from before it.
+
+        :raises redis.exceptions.RedisError: if Redis cannot be reached, or
+            :class:`PoolExhausted`.
         """
         local = self._local
         client: KeptConnectionClient | None = getattr(local, "client", None)
         if client is None or local.generation != self._generation:
             if client is not None:
                 local.client = None
-                discard(client)
-            generation = self._generation
-            client = self._make_client()
-            if self._reached(client.connection):
-                generation = self._generation  # this one reaches the new primary already
-            local.client, local.generation = client, generation
+                self._let_go(client)
+            client = self._take_client()
+            local.client, local.generation = client, client.generation
         return client
+
+    def _take_client(self) -> KeptConnectionClient:
+        """Return a new client of this thread's own or, the pool being full, one to share.
+
+        :raises redis.exceptions.RedisError: as :attr:`client`.
+        """
+        deadline: float | None = None
+        timeout: float | None = None
+        while True:
+            pool = self.pooled_client.connection_pool
+            if not _would_block(pool):
+                generation = self._generation
+                try:
+                    client = self._make_client()
+                except RedisConnectionError as exc:
+                    if not pool_full(exc):
+                        raise
+                else:
+                    if self._reached(client.connection):
+                        generation = self._generation  # it reaches the new primary already
+                    client.generation = generation
+                    with self._kept_lock:
+                        self._kept.add(client)
+                    return client
+            shared = self._share()
+            if shared is not None:
+                return shared
+            # Nothing to share: wait for a connection of the application's to come back.
+            now = time.monotonic()
+            if deadline is None:
+                timeout = pool.connection_kwargs.get("socket_timeout")
+                deadline = math.inf if timeout is None else now + timeout
+            if now >= deadline:
+                raise PoolExhausted(
+                    f"no connection of the pool came free in {timeout:g} s (the socket timeout)"
+                )
+            time.sleep(min(POOL_POLL, deadline - now))
+
+    def _share(self) -> KeptConnectionClient | None:
+        """Return the current kept client the fewest threads hold, held once more; or ``None``."""
+        generation = self._generation
+        with self._kept_lock:
+            current = [
+                client
+                for client in self._kept
+                if client.generation == generation and client.connection is not None
+            ]
+            if not current:
+                return None
+            client = min(current, key=lambda kept: kept.holders)
+            client.holders += 1
+        return client
+
+    def _let_go(self, client: KeptConnectionClient) -> None:
+        """Stop holding ``client`` (its generation is over); close it if no other thread holds it.
+
+        A thread that held it and has ended never let go: the client is then
+        closed when the last reference to it goes, and its connection closed
+        first all the same (``suspect``), so that it never goes back to the
+        pool as it is.
+        """
+        client.suspect = True
+        with self._kept_lock:
+            client.holders -= 1
+            last = client.holders <= 0
+            if last:
+                self._kept.discard(client)
+        if last:
+            discard(client)
 
     def _make_client(self) -> KeptConnectionClient:
         """Return a new kept-connection client, connected (redis-py connects it from the pool)."""
@@ -172,6 +266,8 @@ class RedisNode:
     def forget_connections(self) -> None:
         """Drop every thread's client (a forked child must not share its parent's sockets)."""
         self._local = threading.local()
+        self._kept = weakref.WeakSet()
+        self._kept_lock = threading.Lock()  # (a lock held at the fork stays held)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -345,7 +441,9 @@ class RedisNode:
         An error reply of a live server (OOM, NOPERM, WRONGTYPE, ...: see
         ``errors.py``) is no outage: the connection that carried it is good
         and kept, the next call asks again, and its cause is logged once per
-        incident. It even ends an outage under way: the server answers.
+        incident. It even ends an outage under way: the server answers. Nor
+        is :class:`PoolExhausted` (see :attr:`client`): logged once per
+        incident, it changes nothing about the connections.
 
         After an error that says the server is gone, hung, restarting or no
         longer the primary, every connection is suspect: the pool's idle ones
@@ -357,6 +455,10 @@ class RedisNode:
         answers READONLY, and would be reused forever. A connection in use by
         another thread is left to finish its call.
         """
+        if isinstance(exc, PoolExhausted):
+            # No connection came free in time: this process' pool, not the server.
+            self.health.pool_exhausted(exc)
+            return
         kind = reply_kind(exc)
         if kind is not None:
             if kind in RELEARN_KINDS:
@@ -404,6 +506,18 @@ class RedisNode:
             # Idle ones only: closing one in use would break another thread's
             # call, perhaps one of the application's own cache calls.
             pooled.connection_pool.disconnect(inuse_connections=False)
+
+
+def _would_block(pool: object) -> bool:
+    """Return whether ``pool`` is a ``BlockingConnectionPool`` with no connection to give.
+
+    Its ``get_connection`` would wait its own ``timeout`` (20 s by default)
+    for one: a thread shares a kept one instead.
+    """
+    if not isinstance(pool, BlockingConnectionPool):
+        return False
+    queue: Any = getattr(pool, "pool", None)
+    return queue is not None and bool(queue.empty())
 
 
 _live_nodes: weakref.WeakSet[RedisNode] = weakref.WeakSet()
