@@ -13,6 +13,7 @@ and nothing is logged. Before, the threads beyond the pool met redis-py's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import threading
@@ -112,13 +113,13 @@ def test_async_views_beyond_the_pool_decide_exactly(small_pool, caplog):
     assert lines(caplog) == []
 
 
-@pytest.fixture
-def held_pool(settings, redis_server):
+@contextlib.contextmanager
+def pool_held(settings, redis_server, timeout: float):
     """A pool of 2 connections, both taken by the application (as its own cache calls do).
 
     Yields a function that gives them back to the pool.
     """
-    use_pool(settings, redis_server, 2, timeout=0.5)
+    use_pool(settings, redis_server, 2, timeout=timeout)
     settings.DJANGO_RL = POLICIES
     pool = get_redis_connection("default").connection_pool
     taken = [pool.get_connection() for _ in range(2)]
@@ -133,18 +134,27 @@ def held_pool(settings, redis_server):
         give_back()
 
 
-def test_a_decision_waits_for_a_connection_the_application_gives_back(held_pool, caplog):
+def test_a_decision_waits_for_a_connection_the_application_gives_back(
+    settings, redis_server, caplog
+):
     caplog.set_level(logging.INFO, logger="django_rl")
-    timer = threading.Timer(0.1, held_pool)
-    timer.start()
-    started = time.monotonic()
-    decision = get_policy("pooled").hit("ip:10.0.0.2")
-    waited = time.monotonic() - started
-    timer.join()
+    with pool_held(settings, redis_server, timeout=3) as give_back:
+        timer = threading.Timer(0.1, give_back)
+        timer.start()
+        started = time.monotonic()
+        decision = get_policy("pooled").hit("ip:10.0.0.2")
+        waited = time.monotonic() - started
+        timer.join()
     assert (decision.allowed, decision.degraded) == (True, False)
     assert decision.remaining == LIMIT - 1
-    assert 0.1 <= waited < 0.5  # it waited for the connection, less than the socket timeout
+    assert 0.1 <= waited < 3  # it waited for the connection, less than the socket timeout
     assert lines(caplog) == []
+
+
+@pytest.fixture
+def held_pool(settings, redis_server):
+    with pool_held(settings, redis_server, timeout=0.5) as give_back:
+        yield give_back
 
 
 def test_no_connection_within_the_socket_timeout_is_logged_as_the_pool_not_an_outage(
@@ -169,7 +179,9 @@ def test_no_connection_within_the_socket_timeout_is_logged_as_the_pool_not_an_ou
     assert len(lines(caplog)) == 1  # and no "back" line: there was no outage
 
 
-def test_a_thread_beyond_the_pool_waits_its_turn_on_a_busy_connection(settings, redis_server):
+def test_a_thread_beyond_the_pool_waits_its_turn_on_a_busy_connection(
+    settings, redis_server, redis_client
+):
     # A pool of one connection, kept by a thread whose command keeps it busy
     # 0.3 s (BLPOP on an empty list: the server stays free for others). The
     # decision shares that connection: it waits for its turn, then decides.
@@ -177,20 +189,18 @@ def test_a_thread_beyond_the_pool_waits_its_turn_on_a_busy_connection(settings, 
     settings.DJANGO_RL = POLICIES
     policy = get_policy("pooled")
     node = get_backend("default").node_for(policy.key("ip:10.0.0.4"))
-    busy = threading.Event()
 
     def hold() -> None:
         client = node.client  # this thread's own: the pool's one connection
-        busy.set()
-        client.blpop(["django_rl_test:empty"], timeout=0.3)
+        client.blpop(["django_rl_test:empty"], timeout=0.5)
 
     holder = threading.Thread(target=hold)
     holder.start()
-    busy.wait()
-    time.sleep(0.05)  # its BLPOP is under way
+    while redis_client.info("clients")["blocked_clients"] == 0:  # until its BLPOP is under way
+        time.sleep(0.005)
     started = time.monotonic()
     decision = policy.hit("ip:10.0.0.4")
     waited = time.monotonic() - started
     holder.join()
     assert (decision.allowed, decision.degraded, decision.remaining) == (True, False, LIMIT - 1)
-    assert 0.15 <= waited < 1
+    assert 0.1 <= waited < 1  # its turn came when the BLPOP ended
