@@ -62,10 +62,26 @@ class ClusterMember(RedisNode):
         self._next_probe = 0.0
         self._probe_lock = threading.Lock()
 
-    def _make_client(self) -> KeptConnectionClient:
-        client = super()._make_client()
-        client.asking = getattr(self._local, "asking", False)
+    def _take_client(self) -> KeptConnectionClient:
+        client = super()._take_client()
+        if getattr(self._local, "asking", False):
+            # Taken inside an ASKING block (its first call, or after a
+            # replacement): held as the block holds its client.
+            self._hold_for_asking(client)
         return client
+
+    def _hold_for_asking(self, client: KeptConnectionClient) -> None:
+        """Take ``client``'s lock until the end of this thread's ASKING block; set ``asking``.
+
+        Held throughout: another thread that shares the client (a full
+        pool) must not send ``ASKING`` before its own commands.
+
+        :raises PoolExhausted: as :meth:`KeptConnectionClient.wait_turn`.
+        """
+        if not client.single_connection_lock.acquire(False):
+            client.wait_turn()
+        client.asking = True
+        self._local.held.append(client)
 
     @contextmanager
     def asking(self) -> Iterator[None]:
@@ -73,31 +89,23 @@ class ClusterMember(RedisNode):
 
         For one operation that follows an ``ASK`` to this node (the node
         importing the slot): its transaction, script, ``TIME`` or pipeline
-        then reaches the slot's keys here.
+        then reaches the slot's keys here. The thread's client (and any it
+        takes in the block) is held for the block (:meth:`_hold_for_asking`).
         """
         local = self._local
-        # The client's lock is held throughout, from before ASKING is on: a
-        # thread that shares it (a full pool) must not send ASKING before
-        # its own commands.
-        client: KeptConnectionClient | None = getattr(local, "client", None)
-        if client is not None and not client.single_connection_lock.acquire(False):
-            client.wait_turn()
+        local.held = []
         try:
-            local.asking = True
-            self._set_asking(True)
-            try:
-                yield
-            finally:
-                local.asking = False
-                self._set_asking(False)
-        finally:
+            client: KeptConnectionClient | None = getattr(local, "client", None)
             if client is not None:
+                self._hold_for_asking(client)
+            local.asking = True
+            yield
+        finally:
+            local.asking = False
+            for client in local.held:
+                client.asking = False
                 client.single_connection_lock.release()
-
-    def _set_asking(self, value: bool) -> None:
-        client: KeptConnectionClient | None = getattr(self._local, "client", None)
-        if client is not None:
-            client.asking = value
+            local.held = []
 
     def run_asking(
         self,
