@@ -106,7 +106,8 @@ class KeptConnectionClient(Redis):
     suspect = False
 
     def close(self) -> None:
-        connection: Any = self.connection
+        # (getattr: redis-py's __del__ calls close on a client its constructor failed to make.)
+        connection: Any = getattr(self, "connection", None)
         if self.suspect and connection is not None:
             connection.disconnect()
         super().close()
