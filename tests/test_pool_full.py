@@ -24,6 +24,7 @@ from django_redis import get_redis_connection
 
 from django_rl import get_policy
 from django_rl.backends.redis import get_backend
+from django_rl.docs_urls import doc_url
 from tests.asgi import asgi_get
 from tests.redis_server import caches_for
 
@@ -170,6 +171,7 @@ def test_no_connection_within_the_socket_timeout_is_logged_as_the_pool_not_an_ou
     (line,) = lines(caplog)
     assert "had no connection of this process' pool free for a whole socket timeout" in line
     assert "PoolExhausted" in line and "max_connections" in line
+    assert doc_url("reliability", "a-full-pool-is-not-an-outage") in line
     health = get_backend("default").health
     assert (health.down, dict(health.errors)) == (False, {"pool": 2})
     # Once the application gives its connections back, decisions are Redis's again.

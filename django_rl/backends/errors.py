@@ -118,7 +118,8 @@ REPLIES: dict[str, Reply] = {
         logging.WARNING,
         "had no connection of this process' pool free for a whole socket timeout",
         "Raise the alias' OPTIONS['CONNECTION_POOL_KWARGS']['max_connections'] "
-        "(redis-py's default is 100), or find what holds its connections that long",
+        "(redis-py's default is 100), or find what holds its connections that long "
+        f"({doc_url('reliability', 'a-full-pool-is-not-an-outage')})",
     ),
     "migrating": Reply(
         logging.WARNING,
