@@ -7,6 +7,10 @@ In ``gunicorn.conf.py``::
 A worker that exits leaves its counts in ``PROMETHEUS_MULTIPROC_DIR``
 (counters keep them: they are part of the totals); this removes what must
 not outlive it (live gauges), as prometheus_client's docs ask.
+
+No ``post_fork`` hook is needed, ``--preload`` or not: ``metrics.py`` gives
+every forked process new locks and its own flush thread itself
+(``os.register_at_fork``), whoever forks it.
 """
 
 from __future__ import annotations

@@ -28,20 +28,25 @@ worker's gauges. docs/observability.md says how.
 
 A decision pays for an add to this process's own counts under a lock (and,
 if it asked Redis, its latency put in a bucket of the process's own,
-:class:`PendingLatencies`: a bisect and two adds), not for
+``counts.PendingLatencies``: a bisect and two adds), not for
 prometheus_client's ``inc`` and ``observe`` (a label lookup, checks, and a
 lock per value; a write to a memory-mapped file in multiprocess mode). The
-pending counts reach the metrics at the next scrape of this process and
-from a daemon thread once a second, so a scrape of another worker sees them
-at most about a second late. ``make bench`` measures the cost.
+pending counts reach the metrics whenever the registry is collected (by
+:func:`metrics_view` or any exporter: ``counts.Collector`` flushes first)
+and from a daemon thread once a second, so a scrape of another worker sees
+them at most about a second late. ``make bench`` measures the cost.
+
+**Forks** (gunicorn's ``--preload``, Celery's prefork pool): a child makes
+new locks and starts with nothing pending (what its parent counted stays
+the parent's), and its first count starts its own flush thread; a fork
+waits for a flush under way, so no lock of the metrics is held in the
+child (``os.register_at_fork``).
 """
 
 from __future__ import annotations
 
-import bisect
 import os
 import threading
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -50,6 +55,13 @@ from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
 from django_rl.core.decision import Decision
+from django_rl.observability.counts import (
+    FLUSH_INTERVAL,
+    LATENCY_BUCKETS,
+    RESULTS,
+    Metrics,
+    result_of,
+)
 
 prometheus_client: Any
 try:
@@ -57,176 +69,106 @@ try:
 except ImportError:  # the extra is not installed: nothing is counted
     prometheus_client = None
 
-#: ``result`` labels of ``django_rl_decisions_total``.
-RESULTS = ("allowed", "denied", "shadow_denied", "degraded_allowed", "degraded_denied")
-#: The histogram's buckets, in seconds: a loopback round trip is 50-300 µs.
-LATENCY_BUCKETS = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
-)  # fmt: skip
-
-
-#: How often the daemon thread moves pending latencies into the histogram, in seconds.
-FLUSH_INTERVAL = 1.0
-
-
-class PendingLatencies:
-    """Latencies counted per bucket in this process, not yet in the histogram.
-
-    One lock for the whole observation, where the histogram takes one per
-    bucket it touches and one for its sum: the decision pays for a bisect
-    and two adds; :meth:`flush` pays the histogram's price once per bucket.
-    """
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self._lock = threading.Lock()
-        self._counts = [0] * (len(bounds) + 1)  # the last: above every bound (+Inf)
-        self._sum = 0.0
-
-    def observe(self, seconds: float) -> None:
-        index = bisect.bisect_left(self.bounds, seconds)
-        with self._lock:
-            self._counts[index] += 1
-            self._sum += seconds
-
-    def flush(self, histogram: Any) -> None:
-        """Add what is pending to ``histogram`` (a ``prometheus_client.Histogram``)."""
-        with self._lock:
-            counts, total = self._counts, self._sum
-            if not any(counts):
-                return
-            self._counts, self._sum = [0] * len(counts), 0.0
-        buckets = getattr(histogram, "_buckets", None)
-        if buckets is not None and len(buckets) == len(counts) and hasattr(histogram, "_sum"):
-            # prometheus_client's own per-bucket values: one add per bucket.
-            histogram._sum.inc(total)
-            for bucket, count in zip(buckets, counts, strict=True):
-                if count:
-                    bucket.inc(count)
-            return
-        # Another layout: observe each at its bucket's mean (the sum stays exact).
-        mean = total / sum(counts)
-        for count in counts:
-            for _ in range(count):
-                histogram.observe(mean)
-
-
-def result_of(decision: Decision) -> str:
-    """Return the ``result`` label of ``decision``."""
-    if decision.shadow and not decision.allowed:
-        return "shadow_denied"
-    if decision.degraded:
-        return "degraded_allowed" if decision.allowed else "degraded_denied"
-    return "allowed" if decision.allowed else "denied"
-
-
-class Metrics:
-    """The metrics of this process, made once; children by label cached for the hot path."""
-
-    def __init__(self, client: Any) -> None:
-        self.decisions = client.Counter(
-            "django_rl_decisions_total",
-            "Rate-limit decisions, by policy and result.",
-            ["policy", "result"],
-        )
-        self.deny_cache = client.Counter(
-            "django_rl_deny_cache_answers_total",
-            "Denials answered by the process's deny cache, without Redis.",
-            ["policy"],
-        )
-        self.redis_errors = client.Counter(
-            "django_rl_redis_errors_total",
-            "Calls Redis could not answer, by kind.",
-            ["kind"],
-        )
-        self.redis_seconds = client.Histogram(
-            "django_rl_redis_seconds",
-            "The Redis round trip of a decision, in seconds.",
-            buckets=LATENCY_BUCKETS,
-        )
-        self._children: dict[tuple[object, ...], Any] = {}
-        self._lock = threading.Lock()
-        self.pending = PendingLatencies(LATENCY_BUCKETS)
-        #: Decisions by (policy, result) and deny-cache answers by policy, not
-        #: yet in the counters: a dict increment under one lock per decision,
-        #: where a counter's ``inc`` costs a label lookup, checks and a lock.
-        self._counting = threading.Lock()
-        self._decisions: dict[tuple[str, str], int] = {}
-        self._answers: dict[str, int] = {}
-        threading.Thread(target=self._flush_forever, name="django_rl-metrics", daemon=True).start()
-
-    def count_decision(self, policy: str, result: str) -> None:
-        key = (policy, result)
-        with self._counting:
-            self._decisions[key] = self._decisions.get(key, 0) + 1
-
-    def count_answer(self, policy: str) -> None:
-        with self._counting:
-            self._answers[policy] = self._answers.get(policy, 0) + 1
-
-    def flush(self) -> None:
-        """Move this process's pending counts and latencies into the metrics."""
-        with self._counting:
-            decisions, self._decisions = self._decisions, {}
-            answers, self._answers = self._answers, {}
-        for (policy, result), n in decisions.items():
-            self.child(self.decisions, policy, result).inc(n)
-        for policy, n in answers.items():
-            self.child(self.deny_cache, policy).inc(n)
-        self.pending.flush(self.redis_seconds)
-
-    def _flush_forever(self) -> None:
-        while True:
-            time.sleep(FLUSH_INTERVAL)
-            self.flush()
-
-    def child(self, metric: Any, *labels: str) -> Any:
-        """Return ``metric.labels(*labels)``, cached (``labels`` locks and builds a tuple)."""
-        key = (id(metric), *labels)
-        found = self._children.get(key)
-        if found is None:
-            with self._lock:
-                found = metric.labels(*labels)
-                self._children[key] = found
-        return found
-
+__all__ = [
+    "FLUSH_INTERVAL",
+    "LATENCY_BUCKETS",
+    "RESULTS",
+    "count_decision",
+    "count_decisions",
+    "count_deny_cache_answer",
+    "count_redis_error",
+    "count_result",
+    "metrics",
+    "metrics_view",
+    "observe_redis_seconds",
+]
 
 _metrics: Metrics | None = None
 _enabled: bool | None = None
+#: Whether :data:`_metrics` counts in this process: on, made, its flush
+#: thread started. The one global the decisions' path reads.
+_ready = False
 _making = threading.Lock()
 
 
 def metrics() -> Metrics | None:
-    """Return this process's metrics, or ``None`` when they are off or cannot be made."""
-    global _metrics, _enabled
+    """Return this process's metrics, or ``None`` when they are off or cannot be made.
+
+    Starts this process's flush thread if it does not run: at the first
+    count, and at the first in a forked child.
+    """
+    global _metrics, _enabled, _ready
+    if _ready:
+        return _metrics
     if _enabled is None:
         from django_rl.conf import get_settings
 
         _enabled = prometheus_client is not None and get_settings().metrics
     if not _enabled:
         return None
-    if _metrics is None:
-        with _making:
-            if _metrics is None:
-                _metrics = Metrics(prometheus_client)
+    with _making:
+        if _metrics is None:
+            _metrics = Metrics(prometheus_client)
+        _metrics.start()
+        _ready = True
     return _metrics
 
 
 @receiver(setting_changed)
 def _reread(*, setting: str, **kwargs: object) -> None:
-    global _enabled
+    global _enabled, _ready
     if setting == "DJANGO_RL":
+        _ready = False
         _enabled = None
+
+
+def _before_fork() -> None:
+    if _metrics is not None:
+        _metrics.before_fork()
+
+
+def _after_fork_in_parent() -> None:
+    if _metrics is not None:
+        _metrics.after_fork_in_parent()
+
+
+def _after_fork_in_child() -> None:
+    global _making, _ready
+    _making = threading.Lock()
+    _ready = False  # the next count starts this process's flush thread
+    if _metrics is not None:
+        _metrics.after_fork_in_child()
+
+
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)
 
 
 def count_decision(policy: str, decision: Decision) -> None:
     """Count one decision of ``policy`` (see the module)."""
     # metrics(), result_of and Metrics.count_decision, inline for the usual
     # case: this runs on every decision.
-    found = _metrics if _enabled and _metrics is not None else metrics()
+    found = _metrics if _ready else metrics()
     if found is not None:
         allowed = decision.allowed and not decision.degraded
         key = (policy, "allowed" if allowed else result_of(decision))
+        with found._counting:
+            decisions = found._decisions
+            decisions[key] = decisions.get(key, 0) + 1
+
+
+def count_result(policy: str, result: str) -> None:
+    """Count one decision of ``policy`` whose ``result`` label is known (one of :data:`RESULTS`).
+
+    For front doors that decide without a :class:`Decision` (the
+    django-ratelimit drop-in).
+    """
+    found = _metrics if _ready else metrics()
+    if found is not None:
+        key = (policy, result)
         with found._counting:
             decisions = found._decisions
             decisions[key] = decisions.get(key, 0) + 1
@@ -237,7 +179,7 @@ def count_decisions(decided: Iterable[tuple[str, Decision]]) -> None:
 
     For the Decisions of one request of several policies.
     """
-    found = _metrics if _enabled and _metrics is not None else metrics()
+    found = _metrics if _ready else metrics()
     if found is not None:
         keys = [
             (policy, "allowed" if d.allowed and not d.degraded else result_of(d))
@@ -258,7 +200,7 @@ def count_deny_cache_answer(policy: str) -> None:
 def count_redis_error(kind: str) -> None:
     found = metrics()
     if found is not None:
-        found.child(found.redis_errors, kind).inc()
+        found.count_error(kind)
 
 
 def observe_redis_seconds(seconds: float) -> None:
@@ -275,13 +217,13 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
         path("metrics/", metrics_view)
 
-    Answers 404 when ``prometheus_client`` is not installed or ``METRICS`` is
-    off.
+    Answers 404 when ``METRICS`` is off, or when ``prometheus_client`` is
+    not installed (saying so, and how to install it).
     """
     found = metrics()
     if found is None or prometheus_client is None:
-        return HttpResponse("metrics are off", status=404, content_type="text/plain")
-    found.flush()
+        return HttpResponse(_why_none(), status=404, content_type="text/plain")
+    found.flush()  # in multiprocess mode, the registry below does not collect this process's
     registry: Any = prometheus_client.REGISTRY
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
@@ -290,3 +232,16 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     body = prometheus_client.generate_latest(registry)
     return HttpResponse(body, content_type=prometheus_client.CONTENT_TYPE_LATEST)
+
+
+def _why_none() -> str:
+    """Return why there are no metrics to serve: the setting, or the missing package."""
+    from django_rl.conf import get_settings
+
+    if not get_settings().metrics:
+        return 'metrics are off: DJANGO_RL["METRICS"] is False\n'
+    return (
+        'metrics are on (DJANGO_RL["METRICS"]) but prometheus_client is not installed: '
+        "pip install prometheus_client "
+        '(or django_rl\'s extra: pip install "django-rl[prometheus]")\n'
+    )
