@@ -15,8 +15,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from django_rl.contrib.ratelimit import ALL, UNSAFE, store
-from django_rl.contrib.ratelimit.conf import get_ratelimit_settings
+from django_rl.contrib.ratelimit import ALL, UNSAFE, conf, outage, store
 
 # The original's helpers are importable from here, as from django_ratelimit.core.
 from django_rl.contrib.ratelimit.keys import _ACCESSOR_KEYS as _ACCESSOR_KEYS
@@ -32,6 +31,7 @@ from django_rl.contrib.ratelimit.rates import rate_re as rate_re
 from django_rl.core import installed
 from django_rl.core.inline import policy_name
 from django_rl.observability.history import record_result
+from django_rl.observability.metrics import count_result
 from django_rl.overrides.rules import BLOCK, EXEMPT
 
 __all__ = ["get_usage", "is_ratelimited"]
@@ -118,6 +118,13 @@ def get_usage(
     blocks the value answers ``should_limit`` True without counting; a rate
     override counts at its rate (``limit`` and ``time_left`` are its).
 
+    The ``RATELIMIT_*`` settings are read at each call (``conf.py``). Each
+    counted call (``increment=True``) that a limit applies to is a decision
+    of the policy ``@<group>``: counted once in ``django_rl_decisions_total``
+    and the admin's history (:func:`_record`). The first of a run of calls
+    that could not be counted logs a WARNING naming ``RATELIMIT_FAIL_OPEN``
+    (``outage.py``).
+
     :param group: names the shared count; default: ``fn``'s dotted name.
     :param key: a callable ``(group, request)``, ``ip``, ``user``,
         ``user_or_ip``, ``get:<name>``, ``post:<name>``, ``header:<name>``
@@ -132,8 +139,7 @@ def get_usage(
         raise ImproperlyConfigured("get_usage must be called with either `group` or `fn` arguments")
     if not installed.looked:  # once per process: is "django_rl" in INSTALLED_APPS?
         installed.look()
-    configured = get_ratelimit_settings()
-    if not configured.enable:
+    if not conf.enabled():
         return None
     if not _method_match(request, method):
         return None
@@ -144,23 +150,27 @@ def get_usage(
         return None
     limit = to_rate(found)
     identity = counted_as(group, request, key)
-    usage = store.count(group, _methods_text(method), limit, identity, increment)
+    alias = conf.use_cache()
+    usage = store.count(alias, group, _methods_text(method), limit, identity, increment)
     if usage is None:  # Redis could not answer
         if not increment:
             # As the original's cache read: a count of 0, whatever RATELIMIT_FAIL_OPEN.
             left = limit.period_ms - int(time.time() * 1000) % limit.period_ms
             usage = store.Usage(0, math.ceil(left / 1000), limit.limit)
-        elif configured.fail_open:
-            _record(group, method, True, identity)
-            return None
         else:
-            _record(group, method, False, identity)
-            return dict(_FAILED)
+            fail_open = conf.fail_open()
+            outage.unanswered(alias, fail_open)
+            _record(group, fail_open, identity, degraded=True)
+            return None if fail_open else dict(_FAILED)
+    elif increment and outage.failing is not None and not usage.override:
+        outage.answered()
     if usage.override == EXEMPT:
+        if increment:
+            _record(group, True, identity)
         return None  # an override set in the admin: no limit for this value
     should_limit = usage.override == BLOCK or usage.count > usage.limit
     if increment:
-        _record(group, method, not should_limit, identity)
+        _record(group, not should_limit, identity)
     return {
         "count": usage.count,
         "limit": usage.limit,
@@ -169,9 +179,20 @@ def get_usage(
     }
 
 
-def _record(group: str, method: object, allowed: bool, identity: str) -> None:
-    """Count a call that counted in the history the admin charts (no I/O: in memory)."""
-    record_result(policy_name(group), allowed, identity)
+def _record(group: str, allowed: bool, identity: str, *, degraded: bool = False) -> None:
+    """Count a decision (a counted call) in the metrics and the admin's history (in memory).
+
+    Under ``@<group>``, with the ``result`` labels of every decision: a call
+    that could not be counted is ``degraded_allowed`` or ``degraded_denied``
+    (``RATELIMIT_FAIL_OPEN`` decided); an exemption set in the admin is
+    ``allowed``, as django_rl's own policies count one.
+    """
+    name = policy_name(group)
+    if degraded:
+        count_result(name, "degraded_allowed" if allowed else "degraded_denied")
+    else:
+        count_result(name, "allowed" if allowed else "denied")
+    record_result(name, allowed, identity)
 
 
 def is_ratelimited(

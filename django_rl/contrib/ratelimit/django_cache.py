@@ -27,7 +27,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_rl.conf import get_settings
-from django_rl.contrib.ratelimit.conf import get_ratelimit_settings
+from django_rl.contrib.ratelimit import conf
 from django_rl.core.rates import Rate
 
 #: Seconds a count outlives its window in the cache, as the original's.
@@ -88,7 +88,7 @@ def count(
 
 def _key(group: str, methods: str, rate: Rate, value: str, window: int) -> str:
     """Return the cache key of a count: a digest, short and safe for memcached."""
-    hash_algorithm = get_ratelimit_settings().hash_algorithm
+    hash_algorithm = conf.hash_algorithm()
     text = "\0".join((group, methods, str(rate), value, str(window)))
     digest = hash_algorithm(text.encode("utf-8", "surrogatepass")).hexdigest()
     return f"{get_settings().key_prefix}:django-ratelimit:{digest}"

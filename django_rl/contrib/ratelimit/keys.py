@@ -17,7 +17,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from django_rl.contrib.ratelimit.conf import get_ratelimit_settings
+from django_rl.contrib.ratelimit import conf
 from django_rl.docs_urls import doc_url
 
 #: ``key(group, request) -> value``: a callable key, or the one a dotted path names.
@@ -38,8 +38,7 @@ def _get_ip(request: Any) -> str:
         request does not have.
     :raises ValueError: if the value is not an IP address.
     """
-    configured = get_ratelimit_settings()
-    meta_key = configured.ip_meta_key
+    meta_key = conf.ip_meta_key()
     if not meta_key:
         address = request.META["REMOTE_ADDR"]
         if not address:
@@ -62,9 +61,9 @@ def _get_ip(request: Any) -> str:
         )
     address = str(address)
     if ":" in address:
-        mask = configured.ipv6_mask
+        mask = conf.ipv6_mask()
     else:
-        mask = configured.ipv4_mask
+        mask = conf.ipv4_mask()
         if mask == 32:
             try:
                 # A whole IPv4 address is itself: inet_pton checks it in a
@@ -148,7 +147,7 @@ def counted_as(group: str, request: Any, key: object) -> str:
         if identity is not None:
             return identity(request)
     value = key_value(group, request, key)
-    hashed = get_ratelimit_settings().hash_algorithm(value.encode("utf-8", "surrogateescape"))
+    hashed = conf.hash_algorithm()(value.encode("utf-8", "surrogateescape"))
     return f"h:{hashed.hexdigest()}"
 
 

@@ -45,13 +45,13 @@ from django_rl.algorithms.base import read_now
 from django_rl.algorithms.fixed_window import FixedWindow
 from django_rl.backends import RedisNode, get_backend
 from django_rl.conf import get_settings
-from django_rl.contrib.ratelimit import django_cache
-from django_rl.contrib.ratelimit.conf import get_ratelimit_settings
+from django_rl.contrib.ratelimit import conf, django_cache
 from django_rl.contrib.ratelimit.discovery import url_groups
 from django_rl.core.inline import policy_name
 from django_rl.core.plans import PlanRates, Variant, make_variant
 from django_rl.core.policies import Policy
 from django_rl.core.rates import MAX_COUNT, Rate, RateError, parse_rate
+from django_rl.observability.metrics import metrics
 from django_rl.overrides.loader import rules_for
 from django_rl.overrides.rules import BLOCK, EXEMPT, Rule
 
@@ -109,12 +109,15 @@ _policies: dict[tuple[str, str, str, str], Policy] = {}
 _lock = threading.Lock()
 
 
-def policy_for(group: str, methods: str) -> Policy:
-    """Return the policy of ``group`` for ``methods`` under the current settings.
+def policy_for(group: str, methods: str, alias: str | None = None) -> Policy:
+    """Return the policy of ``group`` for ``methods`` counted in the cache ``alias``.
 
-    :raises InvalidCacheBackendError: if ``RATELIMIT_USE_CACHE`` names no cache.
+    ``alias``: ``RATELIMIT_USE_CACHE`` as the caller read it (default: read now).
+
+    :raises InvalidCacheBackendError: if ``alias`` names no cache.
     """
-    alias = get_ratelimit_settings().use_cache
+    if alias is None:
+        alias = conf.use_cache()
     prefix = get_settings().key_prefix
     found = _policies.get((group, methods, alias, prefix))
     if found is not None:
@@ -156,18 +159,21 @@ def _look(node: RedisNode, key: str, variant: Variant, period_ms: int) -> tuple[
     return 0, period_ms - node.now_ms() % period_ms
 
 
-def count(group: str, methods: str, rate: Rate, value: str, increment: bool) -> Usage | None:
+def count(
+    alias: str, group: str, methods: str, rate: Rate, value: str, increment: bool
+) -> Usage | None:
     """Count a call (``increment``) or read the count of ``value``; ``None`` if Redis cannot answer.
 
-    One round trip (plus, once per rate, process and day, the rate's entry in
-    the catalogue). An override of ``value`` set in the admin applies first,
-    as to any policy: an exemption or a block is answered without Redis, a
-    rate override counts at its rate.
+    ``alias``: ``RATELIMIT_USE_CACHE`` as the caller read it. One round
+    trip (plus, once per rate, process and day, the rate's entry in the
+    catalogue), whose time a counted call puts in ``django_rl_redis_seconds``
+    as any decision's. An override of ``value`` set in the admin applies
+    first, as to any policy: an exemption or a block is answered without
+    Redis, a rate override counts at its rate.
     """
-    alias = get_ratelimit_settings().use_cache
     if not django_cache.is_django_redis(alias):
         return _count_in_django_cache(alias, group, methods, rate, value, increment)
-    policy = policy_for(group, methods)
+    policy = policy_for(group, methods, alias)
     variant = _variant(policy, rate)
     rule = _rule_for(policy.name, value)
     if rule is not None:
@@ -177,7 +183,11 @@ def count(group: str, methods: str, rate: Rate, value: str, increment: bool) -> 
     key = policy.variant_key(variant, value)
     try:
         if increment:
+            measured = metrics()
+            began = time.perf_counter()
             used, left_ms = policy.backend.run(key, _hit, rate.period_ms)
+            if measured is not None:
+                measured.pending.observe(time.perf_counter() - began)
         else:
             used, left_ms = policy.backend.run(key, _look, variant, rate.period_ms)
     except RedisError:
@@ -239,10 +249,11 @@ def known_policies() -> list[Policy]:
     that cache: ``django_cache.py``); never raises.
     """
     try:
-        if not django_cache.is_django_redis(get_ratelimit_settings().use_cache):
+        alias = conf.use_cache()
+        if not django_cache.is_django_redis(alias):
             return list(_policies.values())
         for group, methods in url_groups():
-            policy_for(group, methods)
+            policy_for(group, methods, alias)
     except Exception:  # a bad RATELIMIT_USE_CACHE: only the policies already used
         pass
     return list(_policies.values())
