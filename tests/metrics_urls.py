@@ -35,6 +35,8 @@ def enforced(request: HttpRequest) -> HttpResponse:
 
 @ratelimit("shadowed")
 def shadowed(request: HttpRequest) -> HttpResponse:
+    """``?sleep=<seconds>`` as :func:`enforced`'s."""
+    time.sleep(min(float(request.GET.get("sleep", 0)), 2.0))
     return HttpResponse("ok")
 
 

@@ -161,6 +161,16 @@ WORKERS = 3
 @pytest.fixture
 def gunicorn_site(redis_server, tmp_path):
     """The site of tests/metrics_site.py under gunicorn with 3 workers, in multiprocess mode."""
+    yield from serve(redis_server, tmp_path, {})
+
+
+@pytest.fixture
+def gunicorn_site_decided_at_load(redis_server, tmp_path):
+    """:func:`gunicorn_site`, whose master made one decision before forking its workers."""
+    yield from serve(redis_server, tmp_path, {"METRICS_DECIDE_AT_LOAD": "1"})
+
+
+def serve(redis_server, tmp_path, extra_env):
     port = free_port()
     metrics_dir = tmp_path / "prometheus"
     metrics_dir.mkdir()
@@ -170,6 +180,7 @@ def gunicorn_site(redis_server, tmp_path):
         "METRICS_REDIS_URL": redis_server.url,
         "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
         "PYTHONPATH": str(ROOT),
+        **extra_env,
     }
     process = subprocess.Popen(
         [
@@ -281,3 +292,31 @@ def test_every_workers_decisions_add_up_in_one_scrape(gunicorn_site, redis_clien
     assert answered_locally == answered_by_deny_caches(denials)
     assert value("django_rl_redis_seconds_count") == 22 - answered_locally
     assert sum(workers.values()) == 22
+
+
+@pytest.mark.slow
+def test_workers_forked_after_their_master_decided_count_without_a_scrape(
+    gunicorn_site_decided_at_load, redis_client
+):
+    # The master (--preload) made one decision, so the workers were forked
+    # from a process whose metrics were made: each must count (and flush,
+    # once a second, without being scraped) its own, and not the master's.
+    base = gunicorn_site_decided_at_load
+    with ThreadPoolExecutor(WORKERS) as pool:
+        held = list(
+            pool.map(
+                lambda _: requests.get(f"{base}/shadowed/?sleep=0.5", timeout=5), range(WORKERS)
+            )
+        )
+    served = held + [requests.get(f"{base}/shadowed/", timeout=5) for _ in range(5)]
+    assert [r.status_code for r in served] == [200] * 8
+    assert len({r.headers["X-Worker"] for r in served}) >= 2
+    time.sleep(FLUSH_INTERVAL + 1.0)
+    values = scrape(base)
+
+    def value(name, **labels):
+        return values.get((name, tuple(sorted(labels.items()))), 0.0)
+
+    assert value("django_rl_decisions_total", policy="enforced", result="allowed") == 1
+    assert value("django_rl_decisions_total", policy="shadowed", result="allowed") == 4
+    assert value("django_rl_decisions_total", policy="shadowed", result="shadow_denied") == 4
