@@ -23,7 +23,7 @@ LATENCY_BUCKETS = (
 )  # fmt: skip
 
 
-#: How often the daemon thread moves pending latencies into the histogram, in seconds.
+#: How often each process's daemon thread moves what is pending into the metrics, in seconds.
 FLUSH_INTERVAL = 1.0
 
 

@@ -1,12 +1,13 @@
 """Prometheus metrics, through ``prometheus_client`` (the optional extra ``django-rl[prometheus]``).
 
 Counters and a histogram in ``prometheus_client``'s default registry, made
-when this module is first imported with ``prometheus_client`` installed and
+at the first count with ``prometheus_client`` installed and
 ``DJANGO_RL["METRICS"]`` on (the default):
 
 * ``django_rl_decisions_total{policy, result}``: every decision once (the
-  front doors' and ``Policy.hit``'s; a deny-cache answer too, as
-  ``denied``). ``result`` is ``allowed``, ``denied``, ``shadow_denied`` (a
+  front doors' and ``Policy.hit``'s, the drop-ins': DRF's under their
+  policies, django-ratelimit's under ``@<group>``; a deny-cache answer
+  too, as ``denied``). ``result`` is ``allowed``, ``denied``, ``shadow_denied`` (a
   policy in shadow mode would have denied: the request went on),
   ``degraded_allowed`` or ``degraded_denied`` (Redis could not answer: the
   outage fallback or ``fail_open`` decided).
