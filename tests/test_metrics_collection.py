@@ -247,3 +247,45 @@ def test_the_view_says_why_there_are_no_metrics(on):
         assert "off" not in text
     else:
         assert 'DJANGO_RL["METRICS"] is False' in text
+
+
+RELOADED = """
+import importlib
+import sys
+import django
+from django.conf import settings
+settings.configure(INSTALLED_APPS=["django_rl"], SECRET_KEY="x", ALLOWED_HOSTS=["*"])
+django.setup()
+from django.test import RequestFactory
+from django_rl.observability import metrics
+metrics.count_result("@reloaded", "allowed")
+real = sys.modules["prometheus_client"]
+sys.modules["prometheus_client"] = None  # hidden, as a test of the view without it does
+importlib.reload(metrics)
+print(metrics.metrics_view(RequestFactory().get("/metrics/")).status_code)
+sys.modules["prometheus_client"] = real
+importlib.reload(metrics)
+metrics.count_result("@reloaded", "allowed")
+metrics.count_result("@reloaded", "allowed")
+labels = {"policy": "@reloaded", "result": "allowed"}
+print(real.REGISTRY.get_sample_value("django_rl_decisions_total", labels))
+print(metrics.metrics_view(RequestFactory().get("/metrics/")).status_code)
+"""
+
+
+def test_a_reloaded_metrics_module_counts_again():
+    # A test that hides prometheus_client and reloads the module, then
+    # brings it back: the new metrics replace the old ones in the registry
+    # (prometheus_client refuses two of one name), and decisions count.
+    done = subprocess.run(
+        [sys.executable, "-c", RELOADED],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["404", "2.0", "200"]
+    assert "could not be made" not in done.stderr

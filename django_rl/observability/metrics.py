@@ -46,6 +46,7 @@ child (``os.register_at_fork``).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterable
@@ -63,6 +64,8 @@ from django_rl.observability.counts import (
     Metrics,
     result_of,
 )
+
+logger = logging.getLogger("django_rl")
 
 prometheus_client: Any
 try:
@@ -109,7 +112,12 @@ def metrics() -> Metrics | None:
         return None
     with _making:
         if _metrics is None:
-            _metrics = Metrics(prometheus_client)
+            try:
+                _metrics = Metrics(prometheus_client)
+            except Exception:  # counting must never fail a decision
+                logger.exception("django_rl's metrics could not be made: nothing is counted")
+                _enabled = False
+                return None
         _metrics.start()
         _ready = True
     return _metrics
