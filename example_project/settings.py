@@ -2,7 +2,7 @@
 
 Redis: ``REDIS_URL`` (default ``redis://127.0.0.1:6379/0``). Keys are written
 under the ``rl-example`` prefix. ``/metrics/`` serves Prometheus metrics when
-``prometheus_client`` is installed (``pip install 'django-rl[prometheus]'``;
+``prometheus_client`` is installed (``pip install prometheus_client``;
 ``make demo``'s virtualenv has it).
 """
 

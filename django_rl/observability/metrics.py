@@ -252,5 +252,5 @@ def _why_none() -> str:
     return (
         'metrics are on (DJANGO_RL["METRICS"]) but prometheus_client is not installed: '
         "pip install prometheus_client "
-        '(or django_rl\'s extra: pip install "django-rl[prometheus]")\n'
+        "(or django_rl's `prometheus` extra)\n"
     )
