@@ -501,7 +501,7 @@ def test_the_page_says_when_and_since_when_this_process_decides_locally(admin_cl
     said = (
         f"This process (pid {os.getpid()}) has been deciding locally since {since}: Redis could "
         "not answer policies fb, which count at their fallback_rate in each process (2 local "
-        f"decisions, the last at {last}; 1 of at most 10,000 identities held)."
+        f"decisions, the last at {last}; identities held: 1, at most 10,000 per policy)."
     )
     # Said while Redis cannot be read, on the page and with the JSON's error.
     assert response.status_code == 503

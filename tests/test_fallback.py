@@ -24,12 +24,14 @@ import time
 import tracemalloc
 
 import pytest
-from django.test import Client
+from django.http import HttpResponse
+from django.test import Client, RequestFactory
 
 from django_rl import get_policy
 from django_rl.backends import get_backend
 from django_rl.checks.system import check_settings
 from django_rl.core.fallback import LocalFallback, get_fallback_store, now_ms
+from django_rl.decorators import ratelimit
 from tests import figures
 from tests.conftest import point_caches_at
 from tests.redis_server import caches_for, free_port
@@ -405,46 +407,98 @@ def test_hostile_identities_evict_the_one_hit_longest_ago(settings, dead_redis):
     assert (len(store), store.evicted) == (3, 2)
 
 
-#: The longest key an entry can have: a policy name of 64 characters, the
-#: longest canonical rate, an identity of 100 (longer ones become a digest).
-LONGEST = ("p" * 64, "1000000000/366d")
+#: The audit's two policies: a login form limited by address, an API by a
+#: key the client chooses (and so can mint by the thousand).
+CROSS_POLICIES = {
+    "login": {"algorithm": "fixed_window", "rate": "5/m", "key": "ip", "fallback_rate": "1/m"},
+    "api": {
+        "algorithm": "fixed_window",
+        "rate": "100/m",
+        "key": "header:X-Api-Key",
+        "fallback_rate": "100/m",
+    },
+}
+
+
+def test_one_policys_minted_identities_never_evict_another_policys_counts(settings, private_redis):
+    settings.DJANGO_RL = {"POLICIES": CROSS_POLICIES}  # FALLBACK_MAX_IDENTITIES: the default
+    # The store's clock frozen at the start of a minute: every local count
+    # below is in one window, however slow the machine.
+    get_fallback_store().clock = lambda: FROZEN_MS - FROZEN_MS % 60_000
+    login = ratelimit("login")(ok_view)
+    api = ratelimit("api")(ok_view)
+    factory = RequestFactory()
+
+    def attempt() -> int:
+        return login(factory.post("/login", REMOTE_ADDR="203.0.113.7")).status_code
+
+    assert not get_policy("login").hit("ip:192.0.2.99").degraded  # Redis answers, then:
+    private_redis.kill()
+    answers = [attempt()]
+    for round_ in range(3):
+        # More fresh API keys than FALLBACK_MAX_IDENTITIES between attempts.
+        for i in range(10_001):
+            api(factory.get("/api", REMOTE_ADDR="203.0.113.7", HTTP_X_API_KEY=f"{round_}-{i}"))
+        answers.append(attempt())
+    assert answers == [200, 429, 429, 429]  # the bound: 1 a minute, whatever the API saw
+    store = get_fallback_store()
+    assert (store.held("login"), store.held("api")) == (1, 10_000)
+    assert store.evicted == 3 * 10_001 - 10_000
+    status = store.status()
+    assert (status.identities, status.max_identities, status.policies) == (10_001, 10_000, 2)
+
+
+def ok_view(request):
+    return HttpResponse("ok")
+
+
+#: The longest key an entry can have: the longest canonical rate, an identity
+#: of 100 (longer ones become a digest); the policy's name is its table's.
+LONGEST_RATE = "1000000000/366d"
 #: The documented bound (docs/reliability.md): bytes per identity, worst case.
 BYTES_PER_IDENTITY = 400
+#: Policies with a fallback_rate in the memory test: each has its own bound.
+MEASURED_POLICIES = 3
 
 
-def test_two_hundred_thousand_identities_leave_memory_bounded(request, settings):
+def test_each_policys_identities_are_bounded_and_memory_is_per_identity(request, settings):
     store = get_fallback_store()
     assert store.max_identities == 10_000  # the default
-    fallback = LocalFallback(*LONGEST, store)
+    # Names of 64 characters, the longest a policy may have.
+    fallbacks = [LocalFallback(f"{n}" * 64, LONGEST_RATE, store) for n in range(MEASURED_POLICIES)]
 
     def identity(i: int) -> str:
         return f"{i:0100d}"  # 100 characters: kept verbatim
 
-    assert len(fallback.key(identity(0))) == 64 + 1 + 15 + 1 + 100
-    for i in range(200_000):
-        fallback.hit(identity(i))
-    assert (len(store), store.evicted) == (10_000, 190_000)
+    assert len(fallbacks[0].key(identity(0))) == 15 + 1 + 100
+    for fallback in fallbacks:
+        for i in range(30_000):
+            fallback.hit(identity(i))
+    held = [store.held(f.policy) for f in fallbacks]
+    assert (held, store.evicted) == ([10_000] * MEASURED_POLICIES, 20_000 * MEASURED_POLICIES)
     # Every count held now is replaced under tracemalloc: what it then holds
-    # is all of the store's memory (keys, counts, the table, which the churn
+    # is all of the store's memory (keys, counts, the tables, which the churn
     # reallocates: a dict compacts once its deleted slots run out).
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        for i in range(200_000, 210_000):
-            fallback.hit(identity(i))
+        for fallback in fallbacks:
+            for i in range(30_000, 40_000):
+                fallback.hit(identity(i))
         gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
+        used = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert (len(store), store.evicted) == (10_000, 200_000)
-    per_identity = held / 10_000
+    assert (len(store), store.evicted) == (30_000, 30_000 * MEASURED_POLICIES)
+    per_identity = used / len(store)
     figures.record(
         request.config,
         SECTION,
-        f"200,000 distinct identities, FALLBACK_MAX_IDENTITIES 10,000: {held:,} bytes held, "
-        f"{per_identity:,.0f} bytes per identity (keys of {len(fallback.key(identity(0)))} "
-        "characters, the longest)",
+        f"{MEASURED_POLICIES} policies, 30,000 distinct identities each, "
+        f"FALLBACK_MAX_IDENTITIES 10,000: {len(store):,} held, {used:,} bytes, "
+        f"{per_identity:,.0f} bytes per identity (keys of "
+        f"{len(fallbacks[0].key(identity(0)))} characters, the longest)",
     )
     assert per_identity <= BYTES_PER_IDENTITY
 

@@ -38,8 +38,9 @@ RATE_HINT = (
 #: Bounds of the deny cache settings (see ``deny_cache.py``).
 MAX_DENY_CACHE_SIZE = 1_000_000
 MAX_DENY_CACHE_MAX_AGE = 86_400
-#: Bound of ``FALLBACK_MAX_IDENTITIES`` (see ``fallback.py``): about 180 MB
-#: per process at the worst-case bytes per identity of docs/reliability.md.
+#: Bound of ``FALLBACK_MAX_IDENTITIES`` (see ``fallback.py``): at most 400 MB
+#: per policy with a fallback_rate and process, at the worst-case bytes per
+#: identity of docs/reliability.md (400).
 MAX_FALLBACK_IDENTITIES = 1_000_000
 _NAME_RULE = "1 to 64 letters, digits, '.', '_' or '-'"
 _RATE_FUNCTION_HINT = (
@@ -234,8 +235,8 @@ def fallback_problems(merged: Mapping[str, object]) -> list[Problem]:
             "django_rl.E042",
             f"DJANGO_RL['FALLBACK_MAX_IDENTITIES'] is {short_repr(size)}",
             f"It must be a whole number from 1 to {MAX_FALLBACK_IDENTITIES:,}: the most "
-            "identities each process counts locally while Redis cannot answer "
-            "(policies' fallback_rate).",
+            "identities each process counts locally for each policy's fallback_rate while "
+            "Redis cannot answer.",
         )
     ]
 

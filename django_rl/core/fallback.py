@@ -12,10 +12,14 @@ count per period at ``fallback_rate``, whatever the policy's algorithm
   of a host therefore has the same windows.
 * **Exact per process**: one lock per process; however many threads decide
   at once, a window never admits more than the fallback limit per identity.
-* **Bounded memory**: at most ``FALLBACK_MAX_IDENTITIES`` identities (all
-  policies together); a new one evicts the identity whose last hit is the
-  oldest. An evicted identity starts again from zero, so the bound should be
-  above the distinct identities a process sees in one period.
+* **Bounded memory, per policy**: at most ``FALLBACK_MAX_IDENTITIES``
+  identities for each policy; a new one evicts that policy's identity whose
+  last hit is the oldest. An evicted identity starts again from zero, so the
+  bound should be above the distinct identities a process sees in one
+  period. Each policy has a table of its own, so identities a client mints
+  under one policy (``header:X-Api-Key``) never evict another policy's
+  counts (its ``login`` address): memory is at most
+  ``FALLBACK_MAX_IDENTITIES`` times the policies with a ``fallback_rate``.
 * **Nothing is written back**: local counts stay here, and Redis's stay in
   Redis. Around a switch a client can get the fallback allowance on top of
   what Redis had counted (see docs/reliability.md).
@@ -95,24 +99,32 @@ class Episode:
 
 @dataclass(frozen=True)
 class FallbackStatus:
-    """What :meth:`FallbackStore.status` reports: the episode under way, the last one, the state."""
+    """What :meth:`FallbackStore.status` reports: the episode under way, the last one, the state.
+
+    :ivar identities: identities held, all policies together.
+    :ivar max_identities: the most held for each policy (``FALLBACK_MAX_IDENTITIES``).
+    :ivar evicted: identities evicted to make room, all policies together.
+    :ivar policies: how many policies hold identities.
+    """
 
     current: Episode | None
     previous: Episode | None
     identities: int
     max_identities: int
     evicted: int
+    policies: int = 0
 
 
 class FallbackStore:
-    """This process's local counts, by policy and identity; at most ``max_identities``.
+    """This process's local counts, by policy and identity; at most ``max_identities`` per policy.
 
     Thread-safe: every count is read and written under one lock, so threads
-    never admit more than the limit between them. Each entry is one packed
-    integer (window number and count) under a string key; see
-    docs/reliability.md for the bytes per identity.
+    never admit more than the limit between them. Each policy has its own
+    table (least recently hit first), so one policy's identities never evict
+    another's; each entry is one packed integer (window number and count)
+    under a string key. See docs/reliability.md for the bytes per identity.
 
-    :param max_identities: the most (policy, identity) counts kept (at least 1).
+    :param max_identities: the most identities counted for each policy (at least 1).
     :param clock: time in ms (injected by tests); windows are aligned on it.
     """
 
@@ -121,7 +133,8 @@ class FallbackStore:
             raise ValueError(f"max_identities must be at least 1, not {max_identities}")
         self.max_identities = max_identities
         self.clock = clock
-        self._counts: OrderedDict[str, int] = OrderedDict()
+        #: The counts, by policy name: each table at most ``max_identities``.
+        self._tables: dict[str, OrderedDict[str, int]] = {}
         self._lock = threading.Lock()
         #: Identities evicted to make room, since the store was made.
         self.evicted = 0
@@ -136,12 +149,20 @@ class FallbackStore:
         _stores.add(self)
 
     def __len__(self) -> int:
-        return len(self._counts)
+        """Return the identities held, all policies together."""
+        with self._lock:
+            return sum(map(len, self._tables.values()))
+
+    def held(self, policy: str) -> int:
+        """Return the identities held for ``policy``."""
+        with self._lock:
+            table = self._tables.get(policy)
+            return 0 if table is None else len(table)
 
     def hit(
-        self, key: str, limit: int, period_ms: int, cost: int, policy: str
+        self, policy: str, key: str, limit: int, period_ms: int, cost: int
     ) -> tuple[bool, int, int]:
-        """Count a hit of ``cost`` on ``key`` if it fits; return ``(allowed, count, now)``.
+        """Count a hit of ``cost`` on ``policy``'s ``key`` if it fits: ``(allowed, count, now)``.
 
         ``count`` is the window's count after the hit (with it, if allowed);
         ``now`` the clock's time in ms when it was decided.
@@ -149,7 +170,9 @@ class FallbackStore:
         with self._lock:
             now = self.clock()
             window = now // period_ms
-            counts = self._counts
+            counts = self._tables.get(policy)
+            if counts is None:
+                counts = self._tables[policy] = OrderedDict()
             state = counts.get(key)
             count = 0
             if state is not None and state >> _COUNT_BITS == window:
@@ -158,6 +181,8 @@ class FallbackStore:
             if allowed:
                 count += cost
             if state is None:
+                # Only this policy's identities make room: another policy's
+                # identities (minted by a client) cannot push this one's out.
                 while len(counts) >= self.max_identities:
                     counts.popitem(last=False)
                     self.evicted += 1
@@ -167,24 +192,27 @@ class FallbackStore:
             self._note_local_decision(policy, now)
         return allowed, count, now
 
-    def read(self, key: str, period_ms: int) -> tuple[int, int]:
-        """Return ``(count, now)`` of ``key`` in the current window, changing nothing."""
+    def read(self, policy: str, key: str, period_ms: int) -> tuple[int, int]:
+        """Return ``(count, now)`` of ``policy``'s ``key`` in the window now, changing nothing."""
         with self._lock:
             now = self.clock()
-            state = self._counts.get(key)
+            counts = self._tables.get(policy)
+            state = None if counts is None else counts.get(key)
         if state is None or state >> _COUNT_BITS != now // period_ms:
             return 0, now
         return state & _COUNT_MASK, now
 
-    def forget(self, key: str) -> None:
-        """Drop the count of ``key``, if any (``Policy.reset`` calls this)."""
+    def forget(self, policy: str, key: str) -> None:
+        """Drop the count of ``policy``'s ``key``, if any (``Policy.reset`` calls this)."""
         with self._lock:
-            self._counts.pop(key, None)
+            counts = self._tables.get(policy)
+            if counts is not None:
+                counts.pop(key, None)
 
     def clear(self) -> None:
         """Drop every count, the episodes and the eviction count."""
         with self._lock:
-            self._counts.clear()
+            self._tables.clear()
             self.evicted = 0
             self._episode = None
             self.deciding = False
@@ -212,8 +240,14 @@ class FallbackStore:
             if self._episode is not None:
                 since, last, decisions = self._episode
                 current = Episode(since, None, last, int(decisions), tuple(sorted(self._policies)))
+            held = [len(table) for table in self._tables.values()]
             return FallbackStatus(
-                current, self._previous, len(self._counts), self.max_identities, self.evicted
+                current,
+                self._previous,
+                sum(held),
+                self.max_identities,
+                self.evicted,
+                sum(1 for n in held if n),
             )
 
     def _note_local_decision(self, policy: str, now: int) -> None:
@@ -250,14 +284,15 @@ class LocalFallback:
         self.window = max(1, math.ceil(parsed.period_ms / 1000))
         self.store = store
         # The rate is in the key, so a policy whose fallback_rate changed does
-        # not read the counts of the old one.
-        self._head = f"{policy} {parsed} "
+        # not read the counts of the old one. (The policy's name is not: it
+        # names the table.)
+        self._head = f"{parsed} "
 
     def __repr__(self) -> str:
         return f"<LocalFallback {self.policy!r} at {self.rate}>"
 
     def key(self, identity: str) -> str:
-        """Return the store's key of ``identity`` (made safe: bounded length)."""
+        """Return the key of ``identity`` in the policy's table (made safe: bounded length)."""
         return self._head + safe_identity(identity)
 
     def hit(self, identity: str, cost: int = 1) -> Decision:
@@ -267,18 +302,18 @@ class LocalFallback:
         of the window (it could never fit).
         """
         allowed, count, now = self.store.hit(
-            self.key(identity), self.limit, self.period_ms, cost, self.policy
+            self.policy, self.key(identity), self.limit, self.period_ms, cost
         )
         return self._decision(allowed, count, now)
 
     def peek(self, identity: str) -> Decision:
         """Return what a hit of cost 1 would be told now, counting nothing."""
-        count, now = self.store.read(self.key(identity), self.period_ms)
+        count, now = self.store.read(self.policy, self.key(identity), self.period_ms)
         return self._decision(count < self.limit, count, now)
 
     def forget(self, identity: str) -> None:
         """Drop ``identity``'s local count."""
-        self.store.forget(self.key(identity))
+        self.store.forget(self.policy, self.key(identity))
 
     def _decision(self, allowed: bool, count: int, now: int) -> Decision:
         # The window ends at the next multiple of the period.
@@ -312,7 +347,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 @functools.cache
 def get_fallback_store() -> FallbackStore:
-    """Return this process's store of local counts (``FALLBACK_MAX_IDENTITIES`` at most).
+    """Return this process's store of local counts (``FALLBACK_MAX_IDENTITIES`` per policy at most).
 
     Built on first use and rebuilt (empty) when the settings change.
     """
