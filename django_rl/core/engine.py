@@ -16,6 +16,12 @@ to it):
 
 Both are set as soon as a front door looks at the request, even when no
 policy applies (no Decision), so a view can always read them.
+
+**A shadow policy never changes a response**: when identifying the request
+or deciding it raises for a policy in shadow mode (its key or rate
+callable, ...), that policy is left out of that request (no Decision) and
+the error logged (``shadow.py``); the request's enforced policies are
+decided as usual. (The ``try`` costs nothing on the usual path.)
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from django_rl.core.decision import Decision
 from django_rl.core.inline import InlineSpec
 from django_rl.core.policies import Policy, get_policy, inline_policy
 from django_rl.core.policy import Pending, report_requests
+from django_rl.core.shadow import SHADOW_ERRORS
 from django_rl.http.headers import REQUEST_ATTRIBUTE, record
 
 #: The attribute that says whether any policy denied the request.
@@ -104,12 +111,18 @@ def _hit_weighted(
         # One policy, the usual case: what together.decide does for one hit
         # (ask Redis unless the hit was decided without it), without its lists.
         policy, cost = weighted[0]
-        prepared = policy.prepare_request(request, cost)
-        if prepared is None:
+        try:
+            prepared = policy.prepare_request(request, cost)
+            if prepared is None:
+                return []
+            identity, one = prepared
+            decision = policy.ask(one) if type(one) is Pending else one
+            return [(0, policy.report_request(request, identity, decision))]  # type: ignore[arg-type]
+        except Exception as exc:
+            if not policy.shadow:
+                raise
+            SHADOW_ERRORS.failed(policy.name, exc)  # left out of this request
             return []
-        identity, one = prepared
-        decision = policy.ask(one) if type(one) is Pending else one
-        return [(0, policy.report_request(request, identity, decision))]  # type: ignore[arg-type]
     indexes: list[int] = []
     policies: list[Policy] = []
     identities: list[str] = []
@@ -121,14 +134,22 @@ def _hit_weighted(
         if policy.unlimited:
             continue  # rate None: applies to no request, never identifies one
         identify = policy.identify
-        if identify in known:
-            found = known[identify]
-        else:
-            found = known[identify] = identify(request)
-        if found is None:
+        try:
+            if identify in known:
+                found = known[identify]
+            else:
+                # (Not noted before it returns: a shadow policy's error is
+                # not an answer for an enforced policy of the same key.)
+                found = known[identify] = identify(request)
+            if found is None:
+                continue
+            # prepare_request, its identity known: the same for each policy.
+            made = policy._hit_request(request, found, cost, defer=True)
+        except Exception as exc:
+            if not policy.shadow:
+                raise
+            SHADOW_ERRORS.failed(policy.name, exc)  # left out of this request
             continue
-        # prepare_request, its identity known: the same for each policy.
-        made = policy._hit_request(request, found, cost, defer=True)
         if made is not None:
             indexes.append(index)
             policies.append(policy)
@@ -175,6 +196,8 @@ def decide_one(
 ) -> tuple[Decision | None, list[Decision]]:
     """Hit ``policy`` alone for ``request``, record and settle; return its and all the Decisions.
 
+    A shadow policy whose decision raises is left out (``None``), logged.
+
     All: every Decision recorded on the request so far, its own last.
 
     What :func:`hit_all` then :func:`settle` do for one policy (the usual
@@ -184,7 +207,13 @@ def decide_one(
     """
     if not installed.looked:  # once per process: is "django_rl" in INSTALLED_APPS?
         installed.look()
-    decision = policy.hit_request(request, cost)
+    try:
+        decision = policy.hit_request(request, cost)
+    except Exception as exc:
+        if not policy.shadow:
+            raise
+        SHADOW_ERRORS.failed(policy.name, exc)  # left out of this request
+        decision = None
     http_request = getattr(request, "_request", request)
     # headers.record, inline, as in settle.
     every: list[Decision] | None = getattr(http_request, REQUEST_ATTRIBUTE, None)
