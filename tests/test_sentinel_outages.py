@@ -13,6 +13,14 @@
 
 The deny cache is off, so that every hit reaches Redis. Each test leaves the
 group whole: the sentinels running, the old primary a replica of the new one.
+
+Both tests count in fixed windows and sum the windows' keys at the end; a
+window's key expires at its end, by design, so a test that crossed one would
+miss the hits of the window that ended (and the failover's limit would start
+again). So the windows are a day long, and each test starts with at least
+:data:`WINDOW_MARGIN_MS` left in the day on the primary's clock (the app
+servers' too: the same host), longer than the timeouts of the test's own
+waits add up to: it holds at every moment of the clock.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import pytest
 
 from django_rl import get_policy
 from tests import figures
+from tests.conftest import start_of_fresh_window
 from tests.looping import LoopingThreads
 from tests.topologies import SENTINEL_SERVICE, SentinelTopology, wait_for
 
@@ -33,9 +42,13 @@ pytestmark = [pytest.mark.topologies, pytest.mark.slow]
 
 TIMEOUT = 0.2
 LIMIT = 100
+DAY_MS = 86_400_000
+#: Left in the window when a test starts: above the sum of the timeouts of
+#: its waits (the failover's: about 170 s), so it ends in the window it began.
+WINDOW_MARGIN_MS = 300_000
 POLICIES = {
-    "fw": {"algorithm": "fixed_window", "rate": f"{LIMIT}/h", "key": "ip"},
-    "big": {"algorithm": "fixed_window", "rate": "1000000/h", "key": "ip"},
+    "fw": {"algorithm": "fixed_window", "rate": f"{LIMIT}/d", "key": "ip"},
+    "big": {"algorithm": "fixed_window", "rate": "1000000/d", "key": "ip"},
 }
 THREADS = 8
 SECTION = f"Sentinel under traffic ({THREADS} threads, socket timeout {TIMEOUT:g} s)"
@@ -45,6 +58,11 @@ SECTION = f"Sentinel under traffic ({THREADS} threads, socket timeout {TIMEOUT:g
 def on_sentinel(settings, redis_sentinel: SentinelTopology, caplog) -> Iterator[SentinelTopology]:
     caplog.set_level(logging.DEBUG, logger="django_rl")
     redis_sentinel.flush()
+    primary = redis_sentinel.client()
+    try:
+        start_of_fresh_window(primary, DAY_MS, min_left_ms=WINDOW_MARGIN_MS)
+    finally:
+        primary.close()
     settings.CACHES = redis_sentinel.caches(timeout=TIMEOUT)
     settings.DJANGO_RL = {"KEY_PREFIX": "s", "DENY_CACHE_SIZE": 0, "POLICIES": POLICIES}
     try:
@@ -170,7 +188,11 @@ def sentinels_name(group: SentinelTopology) -> set[int]:
 
 
 def counted(group: SentinelTopology, key: str) -> int:
-    """Return the hits counted in the fixed windows of ``key`` on the primary."""
+    """Return the hits counted in the fixed windows of ``key`` on the primary.
+
+    Only windows whose keys are still there: the tests start well inside one
+    (:data:`WINDOW_MARGIN_MS`), so there is one, and it holds every hit.
+    """
     primary = group.client()
     try:
         return sum(int(primary.get(name)) for name in primary.scan_iter(match=f"{key}:*"))
