@@ -17,6 +17,7 @@ import pytest
 import redis as redis_py
 
 from django_rl.observability import history
+from tests.conftest import start_of_fresh_window
 from tests.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,32 +180,39 @@ def test_make_demo_serves_the_site_and_stops_cleanly(demo_venv, tmp_path):
     try:
         wait_for(f"{base}/", timeout=90)
         assert status(f"{base}/admin/login/") == 200
-        codes = [status(f"{base}/login/", method="POST") for _ in range(6)]
-        assert codes == [401] * 5 + [429]
-        # search is in shadow mode: 12 requests, 12 answers 200, 2 would-be denials.
-        assert [status(f"{base}/search/") for _ in range(12)] == [200] * 12
-        with urllib.request.urlopen(f"{base}/metrics/", timeout=5) as response:
-            metrics = response.read().decode()
-        assert 'django_rl_decisions_total{policy="search",result="shadow_denied"} 2.0' in metrics
-        # The banner's manage.py command runs against the demo's Redis and sees the 429.
-        command = manage_command(log.read_text())
-        assert command.startswith(f"cd {shlex.quote(str(ROOT))} && REDIS_URL=redis://")
-        assert " .venv-demo/bin/python manage.py ratelimit policies" in command
-        top = subprocess.run(
-            command.replace("ratelimit policies", "ratelimit top login"),
-            shell=True,
-            env={k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert top.returncode == 0, top.stderr
-        assert re.search(r"^ip:127\.0\.0\.1 +5 / 5 +0 +denied", top.stdout, re.MULTILINE), (
-            top.stdout
-        )
-        # The charts fill: the server's history thread writes within its interval.
         redis = redis_of(log)
         try:
+            # search counts in fixed windows of a minute: its 12 requests
+            # (with login's 6, well under a second) start with 15 s left in
+            # one, on the demo's Redis clock (the site's too: the same host),
+            # so its 2 would-be denials do not depend on the moment the test
+            # runs. (login's sliding log has no window edges.)
+            start_of_fresh_window(redis, 60_000, min_left_ms=15_000)
+            codes = [status(f"{base}/login/", method="POST") for _ in range(6)]
+            assert codes == [401] * 5 + [429]
+            # search is in shadow mode: 12 requests, 12 answers 200, 2 would-be denials.
+            assert [status(f"{base}/search/") for _ in range(12)] == [200] * 12
+            with urllib.request.urlopen(f"{base}/metrics/", timeout=5) as response:
+                metrics = response.read().decode()
+            search = 'django_rl_decisions_total{policy="search",result="shadow_denied"} 2.0'
+            assert search in metrics
+            # The banner's manage.py command runs against the demo's Redis and sees the 429.
+            command = manage_command(log.read_text())
+            assert command.startswith(f"cd {shlex.quote(str(ROOT))} && REDIS_URL=redis://")
+            assert " .venv-demo/bin/python manage.py ratelimit policies" in command
+            top = subprocess.run(
+                command.replace("ratelimit policies", "ratelimit top login"),
+                shell=True,
+                env={k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert top.returncode == 0, top.stderr
+            assert re.search(r"^ip:127\.0\.0\.1 +5 / 5 +0 +denied", top.stdout, re.MULTILINE), (
+                top.stdout
+            )
+            # The charts fill: the server's history thread writes within its interval.
             within = history.FLUSH_INTERVAL + 3  # one interval, and a margin for a busy machine
             assert history_totals(redis, "search", [10, 0, 2], within) == [10, 0, 2]
             assert history_totals(redis, "login", [5, 1, 0], within) == [5, 1, 0]
