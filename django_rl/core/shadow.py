@@ -26,6 +26,9 @@ logger = logging.getLogger("django_rl")
 
 #: Seconds between two lines of one policy and cause.
 INTERVAL = 600.0
+#: The most (policy, cause) pairs remembered; beyond, all are forgotten (and
+#: each logs again once): bounded memory whatever the exceptions raised.
+MAX_CAUSES = 1024
 
 
 class ShadowErrors:
@@ -50,6 +53,8 @@ class ShadowErrors:
                 seen[1] += 1
                 return
             errors = 1 if seen is None else int(seen[1]) + 1
+            if seen is None and len(self._seen) >= MAX_CAUSES:
+                self._seen.clear()
             self._seen[(policy, cause)] = [now, 0]
         logger.warning(
             "Rate-limit policy %r (shadow mode) raised %s while deciding a request: %s. "
