@@ -243,7 +243,7 @@ def test_the_view_says_why_there_are_no_metrics(on):
     if on:
         assert "prometheus_client is not installed" in text
         assert "pip install prometheus_client" in text
-        assert "django-rl[prometheus]" in text
+        assert "`prometheus` extra" in text
         assert "off" not in text
     else:
         assert 'DJANGO_RL["METRICS"] is False' in text
