@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from django_rl.algorithms.base import (
+    PRELUDE,
     Outcome,
     RateAlgorithm,
     Reading,
@@ -26,6 +27,13 @@ from django_rl.algorithms.base import (
 from django_rl.backends import LuaScript, RedisNode
 
 SCRIPT = algorithm_script("sliding_log")
+#: What the DRF drop-in writes besides its decisions (``sliding_log_points.lua``).
+POINTS = LuaScript.from_parts(
+    __package__ or "django_rl.algorithms",
+    (PRELUDE, "sliding_log.lua", "sliding_log_points.lua"),
+    "\nreturn sliding_log_points(KEYS, clock(ARGV[#ARGV]), ARGV)\n",
+    name="sliding_log_points.lua",
+)
 
 #: Redis memory of one entry of a log kept as a skiplist (more than 128
 #: entries), by ``MEMORY USAGE ... SAMPLES 0`` on Redis 7.0: 104 to 123 bytes
@@ -81,6 +89,18 @@ class SlidingLog(ScriptAlgorithm, RateAlgorithm):
             lambda pipe: pipe.zrevrangebyscore(key, "+inf", f"({horizon}", withscores=True)
         )
         return now, [int(score) for _member, score in entries]
+
+    def change(self, node: RedisNode, key: str, what: str, times: Sequence[int] = ()) -> Outcome:
+        """Change the log without deciding; return what a hit of cost 1 would be told after.
+
+        ``what``: ``"add"`` counts one hit at the decisions' time whatever
+        the limit; ``"take"`` takes back the newest hit; ``"set"`` makes the
+        log hold one hit at each of ``times`` (ms, oldest first). One round
+        trip (see ``sliding_log_points.lua``).
+        """
+        args: list[int | str] = [self.rate.period_ms, self.rate.limit, what, *times]
+        args.append(node.script_time())
+        return self.outcome(POINTS.run(node.client, (key,), args))
 
     def reading(self, reply: Sequence[int]) -> Reading:
         used, entries = int(reply[1]), int(reply[4])

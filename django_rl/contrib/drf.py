@@ -22,9 +22,8 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterator, MutableMapping
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
-from django.core.cache import cache as default_cache
 from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisError
 from rest_framework.settings import api_settings
@@ -32,6 +31,7 @@ from rest_framework.throttling import BaseThrottle
 
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.backends.given_time import decisions_at
+from django_rl.contrib.drf_cache import ThrottleLogsDescriptor, change_log
 from django_rl.contrib.drf_policies import built_policy, policy_for
 from django_rl.core import installed
 from django_rl.core.decision import Decision
@@ -105,9 +105,11 @@ class SimpleRateThrottle(BaseThrottle):
     :attr:`history` and :meth:`wait` answer from the log in Redis.
     """
 
-    #: DRF's; kept for code that reads it. Decisions do not use it: state
-    #: lives in Redis through django_rl.
-    cache: ClassVar[Any] = default_cache
+    #: DRF's cache, as a subclass that reads DRF's history itself uses it
+    #: (``self.cache.get(self.key, [])``, ``self.cache.set(...)``): on an
+    #: instance, the drop-in's logs in Redis at this throttle's scope and
+    #: rate (:class:`ThrottleLogs`), so it sees what the drop-in counted.
+    cache: Any = ThrottleLogsDescriptor()
     #: DRF's clock. Left as ``time.time``, decisions take the Redis server's
     #: time; replaced (a test moving time on, as DRF's tests do), the time it
     #: gives, in seconds since the epoch (``now`` is then set, as in DRF).
@@ -125,6 +127,9 @@ class SimpleRateThrottle(BaseThrottle):
     #: neither) and the time it was read at (``None``: set by hand).
     _history: list[float] | None = None
     _read_at: float | None = None
+    #: The decision of :meth:`allow_request` counted this request and no
+    #: :meth:`throttle_success` has claimed that count yet.
+    _unclaimed: bool = False
 
     def __init__(self) -> None:
         if not getattr(self, "rate", None):
@@ -227,16 +232,48 @@ class SimpleRateThrottle(BaseThrottle):
             headers = getattr(view, "headers", None)
             if isinstance(headers, dict):
                 write_headers(headers, every)
-        if allowed:
-            return self.throttle_success()
-        return self.throttle_failure()
+        if not allowed:
+            return self.throttle_failure()
+        # The decision counted the request: the throttle_success called next
+        # claims that count instead of making another (DRF's records it).
+        counted = not decision.degraded and decision.limit > 0
+        self._unclaimed = counted
+        success = self.throttle_success()
+        if self._unclaimed:
+            # An override that did not call ours: DRF would have recorded
+            # nothing, so the count is taken back (never over the limit
+            # meanwhile: the request was counted first).
+            self._unclaimed = False
+            if decision.limit == num_requests and decision.window == duration:
+                change_log(self, policy, key, "take", now=now)  # (not a rate override's)
+        return success
 
     def throttle_success(self) -> bool:
-        """Return ``True``: the hit is already counted, in the same round trip as the decision."""
+        """Record this request, as DRF's does, and return ``True``.
+
+        Each call counts exactly one request under :attr:`key`, but the one
+        that claims the count :meth:`allow_request`'s decision already made
+        (same round trip as the decision). Called by a subclass that decided
+        itself (DRF's ``allow_request`` body, or a throttle that counts only
+        failed logins), it counts one in Redis, whatever the limit, at
+        :attr:`now` (the Redis server's time while ``timer`` is
+        ``time.time``): one round trip. As in DRF, :attr:`now` goes first in
+        :attr:`history`.
+        """
+        if self._unclaimed:
+            self._unclaimed = False
+            return True
+        if self.now is None:
+            self.now = self.timer()  # type: ignore[misc]  # an instance's, bound or not
+        if self._history is not None:
+            self._history.insert(0, self.now)
+        if self.key is not None and self.num_requests is not None and self.duration is not None:
+            policy = policy_for(self.scope, self.num_requests, self.duration)
+            change_log(self, policy, str(self.key), "add", now=self.now)
         return True
 
     def throttle_failure(self) -> bool:
-        """Return ``False``: a denied hit is not counted (DRF's sliding log counts none)."""
+        """Return ``False``, as DRF's: a denied request is not recorded."""
         return False
 
     def wait(self) -> float | None:
@@ -293,7 +330,9 @@ class SimpleRateThrottle(BaseThrottle):
         policy = policy_for(self.scope, self.num_requests, self.duration)  # the deciding one
         replaced = self.timer is not time.time  # type: ignore[misc]  # an instance's, bound or not
         given = int(self.now * 1000) if replaced and self.now is not None else None
-        log = cast(SlidingLog, policy.algorithm)  # drf_policies.ALGORITHM
+        log = policy.algorithm
+        if not isinstance(log, SlidingLog):
+            return None  # "0/<period>": no log, nothing ever counted
         try:
             now, times = policy.backend.run(policy.key(str(key)), log.times, given)
         except RedisError:
