@@ -31,15 +31,18 @@ from rest_framework.throttling import BaseThrottle
 
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.backends.given_time import decisions_at
+from django_rl.conf import get_settings
 from django_rl.contrib.drf_cache import ThrottleLogsDescriptor, change_log
 from django_rl.contrib.drf_policies import built_policy, policy_for
 from django_rl.core import installed
 from django_rl.core.decision import Decision
 from django_rl.core.engine import settle
+from django_rl.core.identities import _normalize_address
 from django_rl.core.rates import RateError
 from django_rl.core.rates import parse_rate as parse_rate_text
 from django_rl.http.headers import write_headers
 from django_rl.observability.denials import report_denial
+from django_rl.overrides.loader import LOADER, rules_for
 
 __all__ = [
     "AnonRateThrottle",
@@ -207,13 +210,17 @@ class SimpleRateThrottle(BaseThrottle):
             policy = policy_for(self.scope, num_requests, duration)
         timer: Callable[[], float] = self.timer  # type: ignore[misc]  # an instance's, bound or not
         now = self.now = timer()
+        # rules_for, inline: this runs on every request. Only a policy with
+        # overrides needs the address the cache key stands for.
+        rules = LOADER.rules.get(policy.name) if LOADER.started else rules_for(policy.name)
+        also = None if rules is None else address_identity(self, request, key)
         if timer is time.time:
-            decision = policy.hit(key)
+            decision = policy.hit(key, also=also)
         else:
             # ``timer`` replaced (as DRF's own tests and many projects' do to
             # move time on): decided at the time it gives (backends/given_time.py).
             with decisions_at(int(now * 1000)):
-                decision = policy.hit(key)
+                decision = policy.hit(key, also=also)
         self.decision, self._history, self._read_at = decision, None, None
         allowed = decision.allowed
         if not allowed:
@@ -395,6 +402,30 @@ class ScopedRateThrottle(SimpleRateThrottle):
 
     def get_cache_key(self, request: Any, view: Any) -> str | None:
         return self.cache_format % {"scope": self.scope, "ident": _user_or_ident(self, request)}
+
+
+def address_identity(throttle: SimpleRateThrottle, request: Any, key: str) -> str | None:
+    """Return the ``ip:`` identity of the address ``key`` counts, or ``None`` if it counts none.
+
+    That is when ``key`` is the throttle's ``cache_format`` of its scope and
+    the request's ``get_ident`` (what ``AnonRateThrottle`` returns, and
+    ``UserRateThrottle``'s and ``ScopedRateThrottle``'s for an anonymous
+    request), and that is an address: grouped as the ``ip`` key groups
+    addresses (``IPV4_PREFIX``, ``IPV6_PREFIX``), so an override of an
+    address (stored as ``ip:<address>``) or of a network applies to it.
+    """
+    try:
+        ident = throttle.get_ident(request)
+        if ident is None or key != throttle.cache_format % {
+            "scope": throttle.scope,
+            "ident": ident,
+        }:
+            return None
+    except Exception:  # a subclass's hooks, or not a request (DRF's tests pass {})
+        return None
+    settings = get_settings()
+    address = _normalize_address(str(ident), settings.ipv4_prefix, settings.ipv6_prefix)
+    return None if address is None else f"ip:{address}"
 
 
 def _parse(rate: object) -> tuple[int, int]:

@@ -277,12 +277,20 @@ class Policy:
             )
         return self.variant_for(request)
 
-    def hit(self, identity: str, cost: int = 1, *, request: Any = None) -> Decision:
+    def hit(
+        self, identity: str, cost: int = 1, *, request: Any = None, also: str | None = None
+    ) -> Decision:
         """Count a hit of weight ``cost`` for ``identity`` and decide (see :meth:`_hit_identity`).
 
         A policy in shadow mode returns the same Decision with ``shadow=True``.
+
+        :param also: another identity the hit stands for, which overrides are
+            matched against when none is for ``identity`` itself (the DRF
+            drop-in counts by cache key, ``throttle_anon_<address>``, and
+            passes the ``ip:`` identity of that address, so an override of an
+            address or network applies). It is not counted.
         """
-        made: Any = self._hit_identity(identity, cost, request=request)  # not deferred: a Decision
+        made: Any = self._hit_identity(identity, cost, request=request, also=also)
         return self.report(identity, made)
 
     def prepare(self, identity: str, cost: int = 1, *, request: Any = None) -> Pending | Decision:
@@ -305,7 +313,13 @@ class Policy:
         return decision
 
     def _hit_identity(
-        self, identity: str, cost: int = 1, *, request: Any = None, defer: bool = False
+        self,
+        identity: str,
+        cost: int = 1,
+        *,
+        request: Any = None,
+        defer: bool = False,
+        also: str | None = None,
     ) -> Decision | Pending:
         """Count a hit of weight ``cost`` for ``identity`` and decide, in one round trip.
 
@@ -325,6 +339,7 @@ class Policy:
         (denied, no Redis call).
 
         :param defer: return the :class:`Pending` hit instead of asking Redis.
+        :param also: as for :meth:`hit`.
         :raises TypeError: for a per-plan policy without ``request``.
         :raises ValueError: if ``cost`` is not a whole number from 1 to the limit
             (a hit heavier than the limit could never be allowed).
@@ -332,7 +347,12 @@ class Policy:
         # rules_for, inline: this runs on every decision.
         rules = LOADER.rules.get(self.name) if LOADER.started else rules_for(self.name)
         variant: Variant | None
-        if rules is not None and (rule := rules.match(identity)) is not None:
+        rule = None
+        if rules is not None:
+            rule = rules.match(identity)
+            if rule is None and also is not None:
+                rule = rules.match(also)
+        if rule is not None:
             if rule.action == EXEMPT:
                 return self._unlimited()
             if rule.action == BLOCK:
