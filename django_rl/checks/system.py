@@ -32,6 +32,8 @@ django_rl.E090  a rate of the DRF drop-in does not parse (contrib/drf_checks.py)
 django_rl.E091  RATELIMIT_USE_CACHE names no cache (contrib/ratelimit_checks.py)
 =============== ==========================================================
 
+``django_rl.W052`` warns about a DRF view whose ``throttle_scope`` or
+``throttle_policies`` no throttle of it reads (:mod:`django_rl.checks.drf_views`).
 ``django_rl.W020`` warns about a ``sliding_log`` whose log can take more
 than 1 MB of Redis memory per identity, ``django_rl.W021`` about a
 ``fallback_rate`` looser than the policy's rate (see
@@ -56,6 +58,7 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from django.utils.module_loading import import_string
 
 from django_rl.algorithms import ALGORITHMS, StaticAlgorithm
+from django_rl.checks import drf_views  # noqa: F401  (registers the DRF views' check)
 from django_rl.checks.connection_checks import connection_warnings
 from django_rl.checks.names import DJANGO_REDIS_BACKEND, SETTINGS_TAG
 from django_rl.checks.server_checks import check_server  # noqa: F401  (registers it)
