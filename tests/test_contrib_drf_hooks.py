@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from django_rl.contrib import drf as dropin
 from django_rl.contrib.drf_policies import policy_for
+from tests.test_fallback import dead_redis  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db
 
@@ -239,3 +240,26 @@ def test_a_zero_rate_has_drfs_empty_history_and_wait():
     assert ours.throttle_success() is True  # nothing to count in: every request is denied
     assert statuses(view_of(Zero), 2) == [429, 429]
     assert statuses(view_of(copied_body(Zero, "0/min")), 2) == [429, 429]
+
+
+def test_a_request_allowed_while_redis_cannot_answer_asks_nothing_more(
+    monkeypatch,
+    dead_redis,  # noqa: F811
+):
+    class Plain(dropin.AnonRateThrottle):
+        scope = "hooks"
+        rate = "3/min"
+
+    class Uncounted(Plain):
+        def throttle_success(self):
+            return True
+
+    changes = []
+    real = dropin.change_log
+    monkeypatch.setattr(dropin, "change_log", lambda *a, **k: changes.append(a) or real(*a, **k))
+    for throttle in (Plain, Uncounted):
+        request = Request(FACTORY.get("/", REMOTE_ADDR=IP))
+        assert throttle().allow_request(request, None) is True  # FAIL_OPEN
+        assert request.django_rl_decisions[0].degraded
+    # Neither a record by throttle_success nor a take-back: nothing was counted.
+    assert changes == []

@@ -241,18 +241,22 @@ class SimpleRateThrottle(BaseThrottle):
                 write_headers(headers, every)
         if not allowed:
             return self.throttle_failure()
-        # The decision counted the request: the throttle_success called next
-        # claims that count instead of making another (DRF's records it).
-        counted = not decision.degraded and decision.limit > 0
-        self._unclaimed = counted
-        success = self.throttle_success()
-        if self._unclaimed:
-            # An override that did not call ours: DRF would have recorded
-            # nothing, so the count is taken back (never over the limit
-            # meanwhile: the request was counted first).
-            self._unclaimed = False
-            if decision.limit == num_requests and decision.window == duration:
-                change_log(self, policy, key, "take", now=now)  # (not a rate override's)
+        # The decision counted the request (or could not, Redis unable to
+        # answer): the throttle_success called next claims that count instead
+        # of making another (DRF's records the request there).
+        self._unclaimed = True
+        try:
+            success = self.throttle_success()
+        finally:
+            if self._unclaimed:
+                # An override that did not call ours (or raised first): DRF
+                # would have recorded nothing, so the count is taken back
+                # (never over the limit meanwhile: it was counted first).
+                self._unclaimed = False
+                # (Not an exemption's, a rate override's or a degraded one.)
+                ours = decision.limit == num_requests and decision.window == duration
+                if ours and not decision.degraded:
+                    change_log(self, policy, key, "take", now=now)
         return success
 
     def throttle_success(self) -> bool:
