@@ -206,6 +206,10 @@ def test_drfs_throttle_success_body_copied_writes_the_history_back_once():
 
     assert statuses(view_of(copied_body(Written)), 10) == [200] * 3 + [429] * 7
     assert _used() == 3
+    policy_for("hooks", 3, 60).reset(KEY)
+    # Under the drop-in's own allow_request too: what it writes holds the request once.
+    assert statuses(view_of(Written), 10) == [200] * 3 + [429] * 7
+    assert _used() == 3
 
 
 def test_the_dropins_own_decision_stays_one_round_trip(redis_client):

@@ -86,7 +86,7 @@ class ThrottleLogs:
         own TTL (until its newest request leaves the window): ``timeout`` is
         not used.
         """
-        self._write(key, sorted(int(t * 1000) for t in value))
+        self._write(key, sorted(round(t * 1000) for t in value))
 
     def delete(self, key: Any) -> bool:
         """Forget the history under ``key``; return whether Redis answered."""
