@@ -140,6 +140,8 @@ def test_the_subclass_reads_what_the_dropin_counted_and_the_dropin_sees_its_reco
     assert copied_body(dropin.AnonRateThrottle)().allow_request(request, None) is False
     # And the drop-in's decisions see what it recorded.
     assert statuses(plain, 1) == [429]
+    assert reader.cache.delete(KEY) is True
+    assert (reader.cache.get(KEY), _used(), statuses(plain, 1)) == (None, 0, [200])
 
 
 def test_each_throttle_success_call_counts_exactly_one():
