@@ -10,7 +10,11 @@ settings (``REST_FRAMEWORK``'s ``DEFAULT_THROTTLE_RATES`` and
 (scope, rate) is a django_rl policy (``drf_policies.py``) with DRF's own
 algorithm, a sliding log, so the answers are DRF's. Unlike DRF's
 get-then-set on the cache, each decision is one atomic round trip to Redis:
-exact under any concurrency, on the Redis server's clock.
+exact under any concurrency, on the Redis server's clock. The hooks still do
+what DRF's do when a subclass calls them itself: ``throttle_success`` records
+one request (the one :meth:`SimpleRateThrottle.allow_request` calls claims
+the count its decision made), and ``cache`` is DRF's cache API on the
+drop-in's logs (``drf_cache.py``).
 
 The rate-limit headers go on the response as for ``PolicyThrottle``;
 ``FAIL_OPEN`` decides when Redis cannot answer. The differences from DRF,
@@ -130,8 +134,9 @@ class SimpleRateThrottle(BaseThrottle):
     #: neither) and the time it was read at (``None``: set by hand).
     _history: list[float] | None = None
     _read_at: float | None = None
-    #: The decision of :meth:`allow_request` counted this request and no
-    #: :meth:`throttle_success` has claimed that count yet.
+    #: :meth:`allow_request` allowed this request (its decision counted it,
+    #: or Redis could not) and no :meth:`throttle_success` has claimed that
+    #: count yet.
     _unclaimed: bool = False
 
     def __init__(self) -> None:
@@ -190,7 +195,11 @@ class SimpleRateThrottle(BaseThrottle):
         Calls :meth:`throttle_success` or :meth:`throttle_failure` and
         returns what they return. ``True`` without counting for a ``None``
         rate or cache key. One round trip to Redis, or none when this
-        process already knows the key is denied (the deny cache).
+        process already knows the key is denied (the deny cache); one more
+        only for a subclass whose ``throttle_success`` does not call this
+        class's (its count is taken back, as DRF would not have recorded).
+        Overrides of the policy apply to the cache key, and to the ``ip:``
+        identity of the address it stands for (:func:`address_identity`).
         """
         if not installed.looked:  # once per process: is "django_rl" in INSTALLED_APPS?
             installed.look()
