@@ -269,3 +269,21 @@ def test_a_request_allowed_while_redis_cannot_answer_asks_nothing_more(
         assert request.django_rl_decisions[0].degraded
     # Neither a record by throttle_success nor a take-back: nothing was counted.
     assert changes == []
+
+
+@pytest.mark.parametrize("base", [drf.AnonRateThrottle, dropin.AnonRateThrottle])
+def test_a_subclass_with_drfs_body_on_a_moved_clock_as_drfs_tests_move_it(base):
+    moved = {"now": 1_000_000.0}
+
+    class Moved(copied_body(base)):
+        def timer(self):
+            return moved["now"]
+
+    view = view_of(Moved)
+    assert statuses(view, 4) == [200, 200, 200, 429]
+    moved["now"] += 59
+    throttle = Moved()
+    assert throttle.allow_request(Request(FACTORY.get("/", REMOTE_ADDR=IP)), None) is False
+    assert throttle.wait() == pytest.approx(1.0)  # DRF's: the oldest leaves in 1 s
+    moved["now"] += 2
+    assert statuses(view, 4) == [200, 200, 200, 429]
