@@ -85,8 +85,12 @@ class SlidingLog(ScriptAlgorithm, RateAlgorithm):
         # An entry is in the window while now < its score + the window. Scores
         # never go down, so one later than now (a clock that stepped back) is in.
         horizon = now - self.rate.period_ms
+        # ZRANGE ... BYSCORE REV (Redis 6.2), not ZREVRANGEBYSCORE: the
+        # least-privilege ACL rule (checks/acl.py) grants ZRANGE.
         _, (entries,) = node.pipeline(
-            lambda pipe: pipe.zrevrangebyscore(key, "+inf", f"({horizon}", withscores=True)
+            lambda pipe: pipe.zrange(
+                key, "+inf", f"({horizon}", desc=True, byscore=True, withscores=True
+            )
         )
         return now, [int(score) for _member, score in entries]
 
