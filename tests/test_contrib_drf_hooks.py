@@ -287,3 +287,14 @@ def test_a_subclass_with_drfs_body_on_a_moved_clock_as_drfs_tests_move_it(base):
     assert throttle.wait() == pytest.approx(1.0)  # DRF's: the oldest leaves in 1 s
     moved["now"] += 2
     assert statuses(view, 4) == [200, 200, 200, 429]
+
+
+def test_a_subclass_with_a_cache_of_its_own_has_drfs_writes_there():
+    from django.core.cache import caches
+
+    class OwnCache(copied_body(dropin.AnonRateThrottle)):
+        cache = caches["default"]  # DRF's: django-redis here, the suite's server
+
+    assert statuses(view_of(OwnCache), 10) == [200] * 3 + [429] * 7
+    assert len(caches["default"].get(KEY)) == 3
+    assert _used() == 0  # nothing in the drop-in's logs

@@ -36,7 +36,7 @@ from rest_framework.throttling import BaseThrottle
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.backends.given_time import decisions_at
 from django_rl.conf import get_settings
-from django_rl.contrib.drf_cache import ThrottleLogsDescriptor, change_log
+from django_rl.contrib.drf_cache import ThrottleLogs, ThrottleLogsDescriptor, change_log
 from django_rl.contrib.drf_policies import built_policy, policy_for
 from django_rl.core import installed
 from django_rl.core.decision import Decision
@@ -285,6 +285,14 @@ class SimpleRateThrottle(BaseThrottle):
             return True
         if self.now is None:
             self.now = self.timer()  # type: ignore[misc]  # an instance's, bound or not
+        cache = self.cache
+        if not isinstance(cache, ThrottleLogs):
+            # A subclass's own cache (``cache = caches["..."]``), which its own
+            # allow_request reads: DRF's write, there.
+            history = self.history
+            history.insert(0, self.now)
+            cache.set(self.key, history, self.duration)
+            return True
         if self._history is not None:
             self._history.insert(0, self.now)
         if self.key is not None and self.num_requests is not None and self.duration is not None:
