@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from django_rl.contrib import drf as dropin
 from django_rl.contrib.drf_policies import policy_for
+from django_rl.signals import rate_limited
 from tests.test_fallback import dead_redis  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db
@@ -298,3 +299,33 @@ def test_a_subclass_with_a_cache_of_its_own_has_drfs_writes_there():
     assert statuses(view_of(OwnCache), 10) == [200] * 3 + [429] * 7
     assert len(caches["default"].get(KEY)) == 3
     assert _used() == 0  # nothing in the drop-in's logs
+
+
+def test_with_shadow_on_the_dropin_refuses_nothing_and_reports_each_would_be_denial(settings):
+    settings.DJANGO_RL = {"SHADOW": True}
+    sent = []
+
+    def note(sender, **kwargs):
+        sent.append((kwargs["policy"], kwargs["shadow"], kwargs["decision"].allowed))
+
+    class Plain(dropin.AnonRateThrottle):
+        scope = "hooks"
+        rate = "1/min"
+
+    rate_limited.connect(note)
+    try:
+        assert statuses(view_of(Plain), 3) == [200, 200, 200]
+        # A subclass with DRF's body decides itself, from what was counted: as DRF would.
+        assert statuses(view_of(copied_body(dropin.AnonRateThrottle, "1/min")), 1) == [429]
+    finally:
+        rate_limited.disconnect(note)
+    assert sent == [("drf.hooks", True, False)] * 2
+    # The allowed request was counted once; the shadow denials counted nothing, took nothing.
+    assert (
+        len(
+            policy_for("hooks", 1, 60).backend.run(
+                policy_for("hooks", 1, 60).key(KEY), policy_for("hooks", 1, 60).algorithm.times
+            )[1]
+        )
+        == 1
+    )

@@ -231,8 +231,10 @@ class SimpleRateThrottle(BaseThrottle):
             with decisions_at(int(now * 1000)):
                 decision = policy.hit(key, also=also)
         self.decision, self._history, self._read_at = decision, None, None
-        allowed = decision.allowed
-        if not allowed:
+        # A shadow policy (its mode, or SHADOW) refuses nothing: its denial
+        # is reported (shadow=True) and the request goes on, as at the front doors.
+        allowed = not decision.denies
+        if not decision.allowed:
             # The rate_limited signal and the denial log, as for the front doors.
             report_denial(request, policy.name, key, decision)
         try:
@@ -264,7 +266,8 @@ class SimpleRateThrottle(BaseThrottle):
                 self._unclaimed = False
                 # (Not an exemption's, a rate override's or a degraded one.)
                 ours = decision.limit == num_requests and decision.window == duration
-                if ours and not decision.degraded:
+                # A shadow denial counted nothing: nothing to take back.
+                if ours and decision.allowed and not decision.degraded:
                     change_log(self, policy, key, "take", now=now)
         return success
 
