@@ -15,9 +15,14 @@ class DjangoRlConfig(AppConfig):
         from django_rl.checks.validation import settings_problems
         from django_rl.conf import use_validator
         from django_rl.core import installed
+        from django_rl.overrides.loader import use_address_forms
+        from django_rl.overrides.targets import address_form
 
         # The front doors need not look for the app in INSTALLED_APPS: here it is.
         installed.ready()
 
         # Settings flow one way: validation reads conf, conf is handed its check.
         use_validator(settings_problems)
+        # Overrides compare addresses as each policy writes them (the
+        # registry's knowledge, which imports the loader: handed to it here).
+        use_address_forms(address_form)

@@ -22,7 +22,7 @@ from django_rl.core.identities import META_KEY, IdentitySpecError, resolve_ident
 from django_rl.core.keys import INLINE_NAME, SAFE_NAME
 from django_rl.core.plans import SAMPLE_RATE, RateSpecError, is_rate_function, resolve_rate_function
 from django_rl.core.rates import Rate, RateError, parse_rate
-from django_rl.core.reprs import short_repr
+from django_rl.core.reprs import plural, short_repr
 from django_rl.docs_urls import doc_url
 from django_rl.exceptions import ConfigurationError
 
@@ -481,21 +481,30 @@ def policy_warnings(
     where = where or f"DJANGO_RL['POLICIES'][{name!r}]"
     algorithm = ALGORITHMS[str(spec["algorithm"])].from_spec(spec)
     warnings = _fallback_warnings(spec, algorithm, where)
+    large = large_log_warning(algorithm, where)
+    return warnings if large is None else [*warnings, large]
+
+
+def large_log_warning(algorithm: object, where: str) -> Problem | None:
+    """Return ``django_rl.W020`` if ``algorithm`` is a sliding log too large per identity.
+
+    The one rule, for settings (``manage.py check``) and for the admin's
+    rate overrides: more than :data:`LARGE_LOG_BYTES` of Redis memory per
+    identity (a full window of hits of cost 1, one entry each).
+    """
     if not isinstance(algorithm, SlidingLog) or algorithm.worst_case_bytes <= LARGE_LOG_BYTES:
-        return warnings
+        return None
     size = algorithm.worst_case_bytes
-    return [
-        *warnings,
-        Problem(
-            "django_rl.W020",
-            f"{where}: a sliding_log of {algorithm.rate} keeps up to "
-            f"{algorithm.limit:,} entries per identity, about {size:,} bytes "
-            f"({size / 1_000_000:,.1f} MB) of Redis memory for each client at the limit",
-            "Use token_bucket (about 120 bytes per identity, whatever the rate) or "
-            "fixed_window, or a lower limit over a shorter period. If the memory is planned "
-            "for, add 'django_rl.W020' to SILENCED_SYSTEM_CHECKS.",
-        ),
-    ]
+    return Problem(
+        "django_rl.W020",
+        f"{where}: a sliding_log of {algorithm.rate} keeps up to "
+        f"{algorithm.limit:,} {plural(algorithm.limit, 'entry', 'entries')} per identity, "
+        f"about {size:,} bytes ({size / 1_000_000:,.1f} MB) of Redis memory for each client "
+        "at the limit",
+        "Use token_bucket (about 120 bytes per identity, whatever the rate) or "
+        "fixed_window, or a lower limit over a shorter period. If the memory is planned "
+        "for, add 'django_rl.W020' to SILENCED_SYSTEM_CHECKS.",
+    )
 
 
 def _fallback_warnings(spec: Mapping[str, object], algorithm: object, where: str) -> list[Problem]:

@@ -183,6 +183,59 @@ class AddressSettings:
     ipv6_prefix: int = 64
 
 
+@dataclass(frozen=True)
+class AddressForm:
+    """How a policy's identities write a client's address: ``<head><address>``.
+
+    The address is grouped into its network of ``ipv4_prefix`` or
+    ``ipv6_prefix`` bits and written as the network's first address, as
+    :func:`_normalize_address` does: what the ``ip`` key gives a request
+    (``ip:10.1.2.0`` for any client of ``10.1.2.0/24`` under ``IPV4_PREFIX``
+    24). The drop-ins have their own (see ``overrides/targets.py``).
+    """
+
+    head: str = "ip:"
+    ipv4_prefix: int = 32
+    ipv6_prefix: int = 64
+
+    def identity(self, address: str) -> str | None:
+        """Return the identity of a request from ``address``, or ``None`` if it is not one.
+
+        ``address`` as :func:`_normalize_address` takes it: ``10.1.2.3``,
+        ``10.1.2.3:8080``, ``2001:db8::1``, ``[2001:db8::1]:443``.
+        """
+        found = _normalize_address(address, self.ipv4_prefix, self.ipv6_prefix)
+        return None if found is None else self.head + found
+
+    def prefix(self, version: int) -> int:
+        """Return the network length addresses of IP ``version`` are grouped by."""
+        return self.ipv4_prefix if version == 4 else self.ipv6_prefix
+
+
+#: The built-in keys that count a request by its client's address (``anon``
+#: and ``user_or_ip``: anonymous requests).
+ADDRESS_KEYS = ("ip", "user_or_ip", "anon")
+#: The built-in keys whose identities never hold an address.
+_NO_ADDRESS_PREFIXES = ("header:", "get:", "post:")
+
+
+def address_form(key: object, addresses: AddressSettings) -> AddressForm | None:
+    """Return how the identities of a policy's ``key`` write addresses; ``None``: never.
+
+    ``ip``, ``user_or_ip`` and ``anon`` write ``ip:`` and the address grouped
+    by ``IPV4_PREFIX``/``IPV6_PREFIX``; ``user``, ``header:``, ``get:`` and
+    ``post:`` never hold an address. A function of the project's may return
+    anything: taken to write addresses as ``ip`` does (it may call
+    :func:`client_ip`).
+    """
+    form = AddressForm("ip:", addresses.ipv4_prefix, addresses.ipv6_prefix)
+    if not isinstance(key, str) or key in ADDRESS_KEYS:
+        return form
+    if key == "user" or key.startswith(_NO_ADDRESS_PREFIXES):
+        return None
+    return form
+
+
 class ClientAddress:
     """The ``ip`` identity function under :class:`AddressSettings`: ``request -> "ip:<address>"``.
 

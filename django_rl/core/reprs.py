@@ -48,3 +48,13 @@ def short_repr(value: object) -> str:
     Never raises.
     """
     return _SHORT.repr(value)
+
+
+def plural(count: int, singular: str, many: str = "") -> str:
+    """Return the noun that agrees with ``count``: ``singular`` for 1, else ``many`` (or +s)."""
+    return singular if count == 1 else many or singular + "s"
+
+
+def counted(count: int, singular: str, many: str = "") -> str:
+    """Return ``count`` with its noun, for messages: ``"1 entry"``, ``"1,024 entries"``."""
+    return f"{count:,} {plural(count, singular, many)}"

@@ -7,21 +7,27 @@ from typing import Any, ClassVar
 
 from django import forms
 from django.utils import timezone
+from django.utils.html import escape
 
 from django_rl.algorithms import ParameterError
+from django_rl.checks.validation import large_log_warning
 from django_rl.core.policies import policies_named, policy_names
 from django_rl.core.rates import RateError
 from django_rl.exceptions import ConfigurationError
 from django_rl.models import Override
 from django_rl.overrides.rules import RATE, TargetError, normalize_target
+from django_rl.overrides.targets import address_form
 
 #: How long a new override lasts unless the form says otherwise.
 DEFAULT_DURATION = datetime.timedelta(days=1)
 IDENTITY_HELP = (
     "An identity as the policy's key gives it: user:42, ip:203.0.113.9, x-api-key:..., "
-    "or a digest as the live counters show it (x-api-key:~3f2a...). Or an address network, "
-    "203.0.113.0/24 or 2001:db8::/48, for every ip: identity in it. A bare address means "
-    "ip:<address>; an IPv6 address stands for its /64, as requests are counted."
+    "or a digest as the live counters show it (x-api-key:~3f2a...). Or a client address "
+    "(203.0.113.9, ip:<address>, <address>:<port>): the identity requests from it have "
+    "under the policy, grouped by IPV4_PREFIX/IPV6_PREFIX (an IPv6 address stands for its "
+    "/64 by default; the drop-ins' own rules for theirs). Or an address network, "
+    "203.0.113.0/24 or 2001:db8::/48, for every client in it: no narrower than the "
+    "networks the policy counts clients by."
 )
 
 
@@ -53,6 +59,12 @@ class OverrideForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        #: What the admin says besides "saved", once it is (see ``admin.OverrideAdmin``):
+        #: a W020 warning of the rate.
+        self.warnings: list[str] = []
+        for field in self.fields.values():
+            # The admin writes help texts as HTML: "ip:<address>" must show as typed.
+            field.help_text = escape(field.help_text)
         names = _policy_names()
         choices = [(name, name) for name in names]
         current = self.instance.policy if self.instance.pk else ""
@@ -61,12 +73,6 @@ class OverrideForm(forms.ModelForm):  # type: ignore[type-arg]
         self.fields["policy"].choices = [("", "---------"), *choices]  # type: ignore[attr-defined]
         if not self.instance.pk:
             self.fields["expires_at"].initial = lambda: timezone.now() + DEFAULT_DURATION
-
-    def clean_identity(self) -> str:
-        try:
-            return normalize_target(self.cleaned_data["identity"])
-        except TargetError as exc:
-            raise forms.ValidationError(str(exc)) from exc
 
     def clean_expires_at(self) -> datetime.datetime:
         expires: datetime.datetime = self.cleaned_data["expires_at"]
@@ -77,6 +83,8 @@ class OverrideForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def clean(self) -> dict[str, Any]:
         data: dict[str, Any] = super().clean() or {}
+        if data.get("policy") and data.get("identity"):
+            data["identity"] = self._target(data["policy"], data["identity"])
         action, rate = data.get("action"), (data.get("rate") or "").strip()
         if action != RATE:
             data["rate"] = ""  # left over from another action: meaningless
@@ -87,7 +95,19 @@ class OverrideForm(forms.ModelForm):  # type: ignore[type-arg]
             problem = _rate_problem(data["policy"], rate)
             if problem:
                 self.add_error("rate", problem)
+            else:
+                self.warnings += _rate_warnings(data["policy"], rate)
         return data
+
+    def _target(self, policy: str, text: str) -> str:
+        """Return ``text`` as the policy's decisions compare it (an error on the field if none)."""
+        try:
+            return normalize_target(text, address_form(policy), policy)
+        except TargetError as exc:
+            self.add_error("identity", str(exc))
+        except ConfigurationError as exc:
+            self.add_error("policy", f"The rate-limit settings are invalid ({exc}).")
+        return text
 
 
 def _policy_names() -> list[str]:
@@ -107,3 +127,17 @@ def _rate_problem(name: str, rate: str) -> str:
         except TypeError:
             continue  # a policy made by hand: the loader logs it
     return ""
+
+
+def _rate_warnings(name: str, rate: str) -> list[str]:
+    """Return what ``manage.py check`` would warn about the policy at ``rate`` (W020), once."""
+    found: dict[str, None] = {}
+    for policy in policies_named(name, strict=False):
+        try:
+            algorithm = policy.override_variant(rate).algorithm
+        except (RateError, ParameterError, TypeError):
+            continue
+        warning = large_log_warning(algorithm, f"A rate override of policy {name!r} at {rate!r}")
+        if warning is not None:
+            found[f"{warning.msg}. {warning.hint} ({warning.id})"] = None
+    return list(found)

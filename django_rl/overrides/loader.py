@@ -34,6 +34,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -42,7 +43,8 @@ from redis.exceptions import RedisError
 
 from django_rl.backends import RedisNode, get_backend
 from django_rl.conf import get_settings
-from django_rl.overrides.rules import PolicyRules, Row, build_rules
+from django_rl.core.identities import AddressForm
+from django_rl.overrides.rules import DEFAULT_FORM, PolicyRules, Row, build_rules
 
 #: How often each process reads the change marker (seconds).
 POLL_INTERVAL = 1.0
@@ -188,7 +190,7 @@ class Loader:
         except Exception as exc:  # no database, no table, refused: no overrides
             self._failed(exc)
             return False
-        self.rules, problems = build_rules(rows)
+        self.rules, problems = build_rules(rows, _address_form)
         self.loads += 1
         for problem in problems:
             if problem not in self._warned_rows:
@@ -245,6 +247,32 @@ def _get(node: RedisNode, key: str) -> Any:
 
 def _set(node: RedisNode, key: str, token: str) -> None:
     node.client.set(key, token, px=MARKER_TTL_MS)
+
+
+def _settings_form(policy: str) -> AddressForm | None:
+    """How the ``ip`` key writes addresses at the settings' prefixes (until the app is ready)."""
+    settings = get_settings()
+    return AddressForm("ip:", settings.ipv4_prefix, settings.ipv6_prefix)
+
+
+#: ``policy name -> AddressForm | None``: how each policy's identities write
+#: addresses. The app's ``ready`` hands over ``overrides.targets.address_form``
+#: (:func:`use_address_forms`), which knows policies' keys and the drop-ins:
+#: a function of the registry, which imports this module.
+_address_forms: list[Callable[[str], AddressForm | None]] = [_settings_form]
+
+
+def use_address_forms(function: Callable[[str], AddressForm | None]) -> None:
+    """Have loads compare targets as ``function(policy)`` says that policy writes addresses."""
+    _address_forms[0] = function
+
+
+def _address_form(policy: str) -> AddressForm | None:
+    try:
+        return _address_forms[0](policy)
+    except Exception as exc:  # invalid settings: decisions say so; compare as by default
+        logger.debug("Rate-limit overrides: how %r writes addresses is unknown: %s", policy, exc)
+        return DEFAULT_FORM
 
 
 def enabled() -> bool:
@@ -327,5 +355,8 @@ def notify_changed() -> None:
 
 @receiver(setting_changed)
 def _settings_changed(*, setting: str, **kwargs: object) -> None:
-    if setting in ("DJANGO_RL", "CACHES", "DATABASES", "INSTALLED_APPS"):
+    # RATELIMIT_* (the masks) and REST_FRAMEWORK: how the drop-ins write addresses.
+    if setting in (
+        "DJANGO_RL", "CACHES", "DATABASES", "INSTALLED_APPS", "REST_FRAMEWORK", "ROOT_URLCONF",
+    ) or setting.startswith("RATELIMIT_"):  # fmt: skip
         LOADER.settings_changed()

@@ -1,0 +1,91 @@
+"""How each policy's identities write a client's address, for overrides and the operator's tools.
+
+An override of ``203.0.113.9`` must match the identity requests from that
+address have under its policy, which depends on the policy:
+
+* a policy of settings, of code or inline: its ``key`` (``ip``,
+  ``user_or_ip``, ``anon``: ``ip:<address>`` grouped by ``IPV4_PREFIX`` /
+  ``IPV6_PREFIX``; ``user``, ``header:``...: never an address);
+* the django-ratelimit drop-in's (``@<group>`` without an inline
+  ``@ratelimit`` of that group): ``ip:<address>`` grouped by
+  ``RATELIMIT_IPV4_MASK`` / ``RATELIMIT_IPV6_MASK``;
+* the DRF drop-in's (``drf.<scope>``): what ``get_cache_key`` returns,
+  ``throttle_<scope>_<address>`` (DRF's ``cache_format``), each address on
+  its own.
+
+:func:`address_form` says which; the override loader compares targets by it
+(handed over by the app's ``ready``), the admin's form judges targets by it,
+and ``manage.py ratelimit inspect``/``reset`` turn an address into the
+identity as counted (:func:`address_identity`).
+"""
+
+from __future__ import annotations
+
+from django_rl.conf import get_settings
+from django_rl.contrib.drf_policies import policy_name as drf_policy_name
+from django_rl.contrib.ratelimit.conf import ipv4_mask, ipv6_mask
+from django_rl.core.identities import UNKNOWN_IP, AddressForm
+from django_rl.core.identities import address_form as key_address_form
+from django_rl.core.inline import url_specs
+from django_rl.core.policies import registered_policies
+from django_rl.core.reprs import short_repr
+from django_rl.overrides.rules import TargetError, normalize_target, split_address
+
+#: DRF's ``SimpleRateThrottle.cache_format``, which the drop-in keeps: the
+#: identity of an address is ``throttle_<scope>_<address>``.
+DRF_CACHE_FORMAT = "throttle_%(scope)s_%(ident)s"
+#: The DRF drop-in counts each address on its own (DRF's ``get_ident``).
+_DRF_PREFIXES = (32, 128)
+
+
+def address_form(policy: str) -> AddressForm | None:
+    """Return how the identities of the policy named ``policy`` write addresses; ``None``: never.
+
+    A name no policy has is taken as the ``ip`` key's, under the settings.
+
+    :raises ConfigurationError: if the settings are invalid.
+    """
+    settings = get_settings()
+    specs = {**registered_policies(), **settings.policies}
+    spec = specs.get(policy)
+    if spec is not None:
+        return key_address_form(spec.get("key", "user_or_ip"), settings.addresses)
+    if policy.startswith("@"):
+        keys = [spec.policy_spec().get("key", "user_or_ip") for spec in url_specs()]
+        names = [spec.name for spec in url_specs()]
+        for name, key in zip(names, keys, strict=True):
+            if name == policy:
+                return key_address_form(key, settings.addresses)
+        # The django-ratelimit drop-in's group.
+        return AddressForm("ip:", ipv4_mask(), ipv6_mask())
+    if policy == "drf" or policy.startswith("drf."):
+        scope = policy.removeprefix("drf").removeprefix(".") or None
+        if drf_policy_name(scope) == policy:
+            head = DRF_CACHE_FORMAT % {"scope": scope, "ident": ""}
+            return AddressForm(head, *_DRF_PREFIXES)
+    return AddressForm("ip:", settings.ipv4_prefix, settings.ipv6_prefix)
+
+
+def address_identity(policy: str, text: str) -> str | None:
+    """Return the identity requests from the address ``text`` have under ``policy``, as counted.
+
+    ``text`` as an operator types it (``127.0.0.1``, ``IP:127.0.0.1``,
+    ``127.0.0.1:8000``, ``[2001:db8::1]:443``): ``ip:127.0.0.1``, grouped by
+    the policy's prefix (``ip:10.1.2.0`` for ``10.1.2.3`` under
+    ``IPV4_PREFIX`` 24; the DRF drop-in's ``throttle_anon_127.0.0.1``).
+    ``None`` when ``text`` is no address (an identity such as ``user:42``).
+
+    :raises TargetError: for a network (not one identity), an ``ip:`` that
+        holds no address, or an address under a policy that counts none; the
+        message says what to type.
+    """
+    text = text.strip()
+    if split_address(text)[0] is None or text.lower() == UNKNOWN_IP:
+        return None
+    found = normalize_target(text, address_form(policy), policy)
+    if "/" in found:
+        raise TargetError(
+            f"{short_repr(text)} is a network: name one address (such as "
+            f"{found.removeprefix('ip:').partition('/')[0]}) or one identity"
+        )
+    return found
