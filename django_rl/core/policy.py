@@ -282,7 +282,8 @@ class Policy:
     ) -> Decision:
         """Count a hit of weight ``cost`` for ``identity`` and decide (see :meth:`_hit_identity`).
 
-        A policy in shadow mode returns the same Decision with ``shadow=True``.
+        A policy in shadow mode returns the same Decision with ``shadow=True``
+        (but an override's block, enforced in every mode: :meth:`shadowed`).
 
         :param also: another identity the hit stands for, which overrides are
             matched against when none is for ``identity`` itself (the DRF
@@ -306,11 +307,24 @@ class Policy:
     def report(self, identity: str, decision: Decision) -> Decision:
         """Return ``decision`` marked for shadow mode, counted in the metrics and history."""
         if self.shadow:
-            decision = replace(decision, shadow=True)
+            decision = self.shadowed(identity, decision)
         count_decision(self.name, decision)
         # history.record, inline: this runs on every decision.
         RECORDER.count(self.name, "a" if decision.allowed else field_of(decision), identity)
         return decision
+
+    def shadowed(self, identity: str, decision: Decision) -> Decision:
+        """Return ``decision`` of a policy in shadow mode marked ``shadow=True``.
+
+        Except an operator's block (an override, ``overrides/``): it is
+        enforced in every mode, shadow and ``SHADOW`` included.
+        """
+        if not decision.allowed:
+            rules = rules_for(self.name)
+            rule = rules.match(identity) if rules is not None else None
+            if rule is not None and rule.action == BLOCK:
+                return decision
+        return replace(decision, shadow=True)
 
     def _hit_identity(
         self,
@@ -463,7 +477,7 @@ class Policy:
         A policy in shadow mode returns the same Decision with ``shadow=True``.
         """
         decision = self._peek(identity, request=request)
-        return replace(decision, shadow=True) if self.shadow else decision
+        return self.shadowed(identity, decision) if self.shadow else decision
 
     def _peek(self, identity: str, *, request: Any = None) -> Decision:
         """Return what a hit of cost 1 would be told now, counting nothing.
@@ -781,8 +795,8 @@ def report_requests(
     then each denial is reported.
     """
     decisions = [
-        replace(decision, shadow=True) if policy.shadow else decision
-        for policy, _, decision in reported
+        policy.shadowed(identity, decision) if policy.shadow else decision
+        for policy, identity, decision in reported
     ]
     count_decisions(
         [(policy.name, d) for (policy, _, _), d in zip(reported, decisions, strict=True)]
