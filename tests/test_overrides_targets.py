@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from django.contrib.messages import get_messages
 from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIRequestFactory
@@ -42,7 +41,7 @@ def admin_client(django_user_model):
 
 
 def save(admin_client, policy, identity, action="block", rate=""):
-    """Post the add form; return (the response, the messages it left as (level tag, text))."""
+    """Post the add form; return (the response, the messages shown next as (level tag, text))."""
     response = admin_client.post(
         ADD,
         {
@@ -55,8 +54,10 @@ def save(admin_client, policy, identity, action="block", rate=""):
             "reason": "tests",
         },
     )
-    said = [(m.level_tag, str(m)) for m in get_messages(response.wsgi_request)]
-    return response, said
+    if response.status_code != 302:
+        return response, []
+    shown = admin_client.get(response["Location"])  # the list shows (and uses up) the messages
+    return response, [(m.level_tag, str(m)) for m in shown.context["messages"]]
 
 
 def statuses(address, n, url="/limited/"):
@@ -166,3 +167,19 @@ def test_an_address_blocks_the_drf_drop_ins_anonymous_throttle(settings, admin_c
     assert LOADER.load()
     assert drf_statuses("10.1.2.3", 1) == [429]
     assert drf_statuses("10.2.0.1", 4) == [200, 200, 200, 429]
+
+
+def test_a_sliding_log_rate_that_settings_would_warn_about_is_warned_about(settings, admin_client):
+    settings.DJANGO_RL = {"POLICIES": {"log": {"algorithm": "sliding_log", "rate": "10/h"}}}
+    response, said = save(admin_client, "log", "user:42", action="rate", rate="1000000000/d")
+    assert response.status_code == 302
+    assert [level for level, _ in said] == ["warning", "success"]
+    warning = said[0][1]
+    assert warning.startswith(
+        "A rate override of policy 'log' at '1000000000/d': a sliding_log of 1000000000/d "
+        "keeps up to 1,000,000,000 entries per identity"
+    )
+    assert warning.endswith("(django_rl.W020)")
+    # Below the threshold: saved with the one message.
+    _, said = save(admin_client, "log", "user:43", action="rate", rate="1000/h")
+    assert [level for level, _ in said] == ["success"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse
@@ -140,3 +140,6 @@ class OverrideAdmin(OverrideModelAdmin):
             obj.created_by = who
         obj.updated_by = who
         super().save_model(request, obj, form, change)
+        # What manage.py check would warn about the same rate in settings (W020).
+        for warning in getattr(form, "warnings", ()):
+            messages.warning(request, warning)
