@@ -29,13 +29,14 @@ from redis.exceptions import RedisError
 from django_rl.admin.forms import QueryForm, ResetForm
 from django_rl.core.fallback import Episode, get_fallback_store
 from django_rl.core.policies import policies_named, policy_names
+from django_rl.core.reprs import counted
 from django_rl.exceptions import BackendError, ConfigurationError, UnknownPolicy
 from django_rl.inspection import (
     FIRST_PAGE,
     CursorError,
     Page,
+    identities_everywhere,
     list_counters,
-    operator_identity,
     reset_everywhere,
 )
 from django_rl.observability.history import read as read_history
@@ -154,18 +155,25 @@ def reset(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
         }
         return TemplateResponse(request, TEMPLATES + "reset_confirmation.html", context)
     try:
+        # An address is, under each policy, the identity requests from it have.
+        counted_as = identities_everywhere(identity) if identity else []
+        shown = sorted({str(who) for _, who in counted_as})
         deleted = sum(policy.reset(who) for name, who in rows for policy in policies_named(name))
-        everywhere = reset_everywhere(operator_identity(identity)) if identity else {}
+        everywhere = reset_everywhere(identity) if identity else {}
+    except ValueError as exc:  # a network: not one identity
+        messages.error(request, f"Nothing was reset: {exc}")
+        return HttpResponseRedirect(back)
     except (BackendError, ConfigurationError) as exc:
         messages.error(request, f"Nothing more was reset: {exc}")
         return HttpResponseRedirect(back)
     done = []
     if rows:
-        done.append(f"Reset {_count(len(rows), 'counter')}: {_count(deleted, 'key')} deleted.")
+        done.append(f"Reset {counted(len(rows), 'counter')}: {counted(deleted, 'key')} deleted.")
     if identity:
         done.append(
-            f"Reset {identity} under {_count(len(everywhere), 'policy', 'policies')}: "
-            f"{_count(sum(everywhere.values()), 'key')} deleted."
+            f"Reset {', '.join(shown) or identity} under "
+            f"{counted(len(everywhere), 'policy', 'policies')}: "
+            f"{counted(sum(everywhere.values()), 'key')} deleted."
         )
     messages.success(request, " ".join(done))
     return HttpResponseRedirect(back)
@@ -239,7 +247,7 @@ def _episode(episode: Episode | None) -> dict[str, Any] | None:
         "since": moment(episode.since),
         "until": None if episode.until is None else moment(episode.until),
         "last": moment(episode.last),
-        "decisions": f"{episode.decisions:,}",
+        "decisions": counted(episode.decisions, "local decision"),
         "policies": ", ".join(episode.policies),
     }
 
@@ -268,7 +276,3 @@ def _url(model_admin: LiveCounterAdmin, view: str) -> str:
 
 def _errors(form: QueryForm | ResetForm) -> list[str]:
     return [f"{message}" for messages_ in form.errors.values() for message in messages_]
-
-
-def _count(n: int, noun: str, plural: str = "") -> str:
-    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

@@ -75,8 +75,12 @@ class Policy:
 
     Get one with :func:`get_policy`. ``identify(request)`` returns the
     identity a request counts as, or ``None`` if the policy does not apply to
-    it. Methods that take an ``identity`` accept any string; it is made safe
-    for a Redis key (see ``keys.safe_identity``). ``denials`` is the
+    it. Methods that take an ``identity`` accept any string, taken as it is
+    and made safe for a Redis key (see ``keys.safe_identity``): a request
+    from 1.2.3.4 counts as ``"ip:1.2.3.4"`` (the ``ip`` key's identity,
+    grouped by ``IPV4_PREFIX``), so ``hit("1.2.3.4")`` counts another client
+    than requests from that address do (``manage.py ratelimit`` and the
+    admin's override form, which take addresses, say what they count). ``denials`` is the
     process's deny cache (``None``: every hit asks Redis).
 
     **Per-plan rates.** Given ``rates`` instead of an ``algorithm``, the rate

@@ -22,6 +22,7 @@ from django_rl.inspection.listing import (
     Page,
     Query,
     configured_policies,
+    identities_everywhere,
     list_counters,
     reset_everywhere,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "Query",
     "Row",
     "configured_policies",
+    "identities_everywhere",
     "list_counters",
     "operator_identity",
     "parse_key",

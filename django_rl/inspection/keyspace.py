@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from redis.exceptions import RedisError
 
 from django_rl.core.keys import POLICY_NAME, STORED_IDENTITY, KeyIdentity
+from django_rl.overrides.targets import address_identity
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -92,16 +93,27 @@ def is_bookkeeping(prefix: str, key: str) -> bool:
     return key.startswith(f"{prefix}:~")
 
 
-def operator_identity(text: str) -> str:
+def operator_identity(text: str, policy: str | None = None) -> str:
     """Return what an operator typed as an identity that ``Policy`` methods accept.
 
     A digest as the admin page shows it (``x-api-key:~3f2a...``) is taken as
-    the key holds it; anything else is a raw identity, made safe the way a
-    request's would be (so typing the raw value of a digested identity finds
-    it too).
+    the key holds it. With ``policy``, an address (``127.0.0.1``,
+    ``IP:127.0.0.1``, ``127.0.0.1:8000``) is the identity requests from it
+    have under that policy, as counted (``ip:127.0.0.1``, grouped by
+    ``IPV4_PREFIX``/``IPV6_PREFIX``, or the drop-ins' own: see
+    ``overrides/targets.py``), as the admin's override form takes it.
+    Anything else is a raw identity, made safe the way a request's would be
+    (so typing the raw value of a digested identity finds it too).
+
+    :raises ValueError: with ``policy``, for a network (not one identity) or
+        an address the policy never counts by; the message says what to type.
     """
     if "~" in text and STORED_IDENTITY.fullmatch(text):
         return KeyIdentity(text)
+    if policy is not None:
+        found = address_identity(policy, text)
+        if found is not None:
+            return found
     return text
 
 

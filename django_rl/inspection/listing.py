@@ -157,12 +157,33 @@ def configured_policies(names: list[str] | None = None, *, strict: bool = False)
 def reset_everywhere(identity: str) -> dict[str, int]:
     """Reset ``identity`` under every policy, through ``Policy.reset``.
 
-    ``identity`` is raw or a ``KeyIdentity`` (see ``operator_identity``).
+    ``identity`` as an operator types it (see :func:`identities_everywhere`).
     Return the keys deleted, per policy name.
 
     :raises BackendError: if Redis cannot answer.
+    :raises ValueError: for a network (not one identity).
     """
     deleted: dict[str, int] = {}
-    for policy in configured_policies():
-        deleted[policy.name] = deleted.get(policy.name, 0) + policy.reset(identity)
+    for policy, who in identities_everywhere(identity):
+        deleted[policy.name] = deleted.get(policy.name, 0) + policy.reset(who)
     return deleted
+
+
+def identities_everywhere(identity: str) -> list[tuple[Policy, str]]:
+    """Return every policy with ``identity`` as it counts it (``operator_identity``).
+
+    ``identity`` as an operator types it: an address is, under each policy,
+    the identity requests from it have there (``ip:127.0.0.1``); a policy
+    that never counts by address is left out for one.
+
+    :raises ValueError: for a network (not one identity).
+    """
+    found = []
+    for policy in configured_policies():
+        try:
+            found.append((policy, operator_identity(identity, policy.name)))
+        except ValueError:
+            if "/" in identity:
+                raise  # a network: the same for every policy
+            # An address under a policy that counts users (say): none of its state.
+    return found

@@ -24,7 +24,7 @@ from __future__ import annotations
 from django_rl.conf import get_settings
 from django_rl.contrib.drf_policies import policy_name as drf_policy_name
 from django_rl.contrib.ratelimit.conf import ipv4_mask, ipv6_mask
-from django_rl.core.identities import UNKNOWN_IP, AddressForm
+from django_rl.core.identities import UNKNOWN_IP, AddressForm, _normalize_address
 from django_rl.core.identities import address_form as key_address_form
 from django_rl.core.inline import url_specs
 from django_rl.core.policies import registered_policies
@@ -75,13 +75,15 @@ def address_identity(policy: str, text: str) -> str | None:
     ``IPV4_PREFIX`` 24; the DRF drop-in's ``throttle_anon_127.0.0.1``).
     ``None`` when ``text`` is no address (an identity such as ``user:42``).
 
-    :raises TargetError: for a network (not one identity), an ``ip:`` that
-        holds no address, or an address under a policy that counts none; the
-        message says what to type.
+    :raises TargetError: for a network (not one identity), or an address
+        under a policy that counts none; the message says what to type.
     """
     text = text.strip()
-    if split_address(text)[0] is None or text.lower() == UNKNOWN_IP:
+    tagged, body = split_address(text)
+    if tagged is None or text.lower() == UNKNOWN_IP:
         return None
+    if tagged and "/" not in body and _normalize_address(body) is None:
+        return None  # "ip:" and no address: an identity as code may have counted it
     found = normalize_target(text, address_form(policy), policy)
     if "/" in found:
         raise TargetError(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
 from django_rl.core.keys import safe_identity
 from django_rl.core.policies import Policy, policies_named
+from django_rl.core.reprs import counted
 from django_rl.exceptions import BackendError
 from django_rl.inspection import operator_identity
 from django_rl.inspection.rows import format_duration, lookup_rows
@@ -29,13 +30,18 @@ def add_arguments(parser: CommandParser) -> None:
     parser.add_argument("policy", help="a policy name")
     parser.add_argument(
         "identity",
-        help="the identity, raw (ip:203.0.113.9) or as the admin shows it (x-api-key:~3f2a...)",
+        help="the identity, raw (ip:203.0.113.9, user:42) or as the admin shows it "
+        "(x-api-key:~3f2a...), or a client address (203.0.113.9): the identity requests "
+        "from it are counted as under POLICY",
     )
 
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     policies = policies_named(options["policy"])
-    identity = operator_identity(options["identity"])
+    try:
+        identity = operator_identity(options["identity"], policies[0].name)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
     write = command.stdout.write
     if len(policies) > 1 or policies[0].per_request:
         _rates(command, policies, identity)
@@ -122,7 +128,7 @@ def _describe(node: RedisNode, keys: list[str]) -> list[list[str]]:
 
 def _value(kind: str, value: Any) -> str:
     if kind == "zset":
-        return f"{value} entries"
+        return counted(int(value), "entry", "entries")
     if kind == "hash":
         return " ".join(f"{_text(k)}={_text(v)}" for k, v in sorted(value.items()))
     return _text(value)
