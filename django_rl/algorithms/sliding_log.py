@@ -25,6 +25,7 @@ from django_rl.algorithms.base import (
     new_tuple,
 )
 from django_rl.backends import LuaScript, RedisNode
+from django_rl.core.reprs import counted
 
 SCRIPT = algorithm_script("sliding_log")
 #: What the DRF drop-in writes besides its decisions (``sliding_log_points.lua``).
@@ -108,7 +109,7 @@ class SlidingLog(ScriptAlgorithm, RateAlgorithm):
 
     def reading(self, reply: Sequence[int]) -> Reading:
         used, entries = int(reply[1]), int(reply[4])
-        detail = f"{entries:,} entries in the log"
+        detail = f"{counted(entries, 'entry', 'entries')} in the log"
         if used != entries:
-            detail += f", {used:,} units of cost"
+            detail += f", {counted(used, 'unit')} of cost"
         return Reading(self.outcome(reply), used, detail)

@@ -24,6 +24,7 @@ from django_rl.algorithms.base import (
 )
 from django_rl.backends import LuaScript
 from django_rl.core.rates import Rate
+from django_rl.core.reprs import plural
 
 SCRIPT = algorithm_script("token_bucket")
 
@@ -68,4 +69,6 @@ class TokenBucket(BucketAlgorithm, ScriptAlgorithm):
         # Rounded down: a bucket never looks fuller than it is.
         shown = math.floor(tokens * 10) / 10
         used = round(self.capacity - tokens, 6)  # no float noise in what people see
-        return Reading(self.outcome(reply), used, f"{shown:g} tokens left")
+        return Reading(
+            self.outcome(reply), used, f"{shown:g} {plural(1 if shown == 1 else 2, 'token')} left"
+        )

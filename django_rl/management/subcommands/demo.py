@@ -22,6 +22,7 @@ from django_rl.backends import Backend, RedisNode, get_backend
 from django_rl.conf import get_settings
 from django_rl.core.policies import Policy
 from django_rl.core.rates import parse_rate
+from django_rl.core.reprs import counted
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -61,7 +62,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
         write(f"token bucket: 5 quick calls then one after 1.1 s -> {token_bucket_refill(bucket)}")
     finally:
         deleted = _clean_up(backend, prefix)
-        write(f"\nDeleted the demo's {deleted} keys.")
+        write(f"\nDeleted the demo's {counted(deleted, 'key')}.")
 
 
 def _policy(name: str, algorithm: Algorithm, backend: Backend, prefix: str) -> Policy:

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from django_rl.core.policies import policies_named
+from django_rl.core.reprs import counted
 from django_rl.inspection import (
     FIRST_PAGE,
     LIVE,
@@ -85,6 +86,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
         write(f"Walked every key {where} ({keys_in_redis:,}).")
     else:
         write(
-            f"Stopped after SCAN looked at about {examined:,} of {keys_in_redis:,} keys; "
+            f"Stopped after SCAN looked at about {examined:,} of "
+            f"{counted(keys_in_redis, 'key')}; "
             "pass --budget to look at more."
         )
