@@ -330,3 +330,38 @@ def test_screenshot_and_the_admin_themes(
         finally:
             page.context.close()
     assert colours["light"] != colours["dark"]  # the dark theme applies
+
+
+def test_times_are_shown_in_the_servers_time_zone_named_whatever_the_browsers(
+    browser, live_server, admin_user, settings
+):
+    """The script's times (updated, the charts' minutes) are the server's, as its own text is."""
+    import datetime
+    import zoneinfo
+
+    # The server's zone (Django's default here, America/Chicago; changing it
+    # while the live server's threads run would call tzset() under them);
+    # the browser's +05:45, which shares no minutes with it.
+    server = settings.TIME_ZONE
+    get_policy("login").hit(IDENTITY)
+    assert history.flush() is True  # the charts have a minute to label
+    page = new_page(browser, live_server, timezone_id="Asia/Kathmandu")
+    try:
+        log_in(page, "admin", "password")
+        page.goto(PAGE)
+        assert f"({server})" in page.inner_text(".rl-status")
+        assert f"times in {server}" in page.inner_text("#rl-history-title")
+        # Once a poll has answered, the time is the script's.
+        first = page.get_attribute("[data-rl=updated]", "datetime")
+        polled = "(first) => document.querySelector('[data-rl=updated]').dateTime !== first"
+        page.wait_for_function(polled, arg=first)
+        page.wait_for_selector(".rl-chart .rl-tick")
+        now = datetime.datetime.now(zoneinfo.ZoneInfo(server))
+        minutes = {(now + datetime.timedelta(minutes=d)).strftime("%H:%M") for d in (-1, 0, 1)}
+        assert page.inner_text("[data-rl=updated]")[:5] in minutes
+        ticks = page.eval_on_selector_all(".rl-chart .rl-tick", "ts => ts.map(t => t.textContent)")
+        assert ticks[1] in minutes  # the last minute's label (the first minute's, then it)
+        page.goto("/admin/django_rl/override/")
+        assert f"Times in {server}" in page.inner_text("#content")
+    finally:
+        page.context.close()

@@ -40,3 +40,20 @@ def test_the_live_counters_details_agree_in_number():
     get_policy("sl").hit("ip:10.0.0.1", cost=2)
     detail = {row.policy: row for row in list_counters(Query()).rows}["sl"].detail
     assert detail == "2 entries in the log, 3 units of cost"
+
+
+def test_the_admin_pages_show_times_in_the_servers_time_zone_and_name_it(
+    django_user_model, settings
+):
+    settings.TIME_ZONE = "Asia/Kathmandu"
+    client = Client()
+    client.force_login(django_user_model.objects.create_superuser("root", password="pw"))
+    page = client.get("/admin/django_rl/livecounter/").content.decode()
+    # The script formats its times in the zone the page names (data-time-zone).
+    assert 'data-time-zone="Asia/Kathmandu"' in page
+    assert '<span class="rl-zone">(Asia/Kathmandu)</span>' in page
+    assert "times in Asia/Kathmandu" in page
+    listed = client.get("/admin/django_rl/override/").content.decode()
+    assert "<h2>Times in Asia/Kathmandu (the server&#x27;s time zone)</h2>" in listed
+    form = client.get("/admin/django_rl/override/add/").content.decode()
+    assert "a time in Asia/Kathmandu, the server&#x27;s time zone" in form

@@ -121,6 +121,14 @@ class OverrideAdmin(OverrideModelAdmin):
         ("Record", {"fields": ("created_by", "created_at", "updated_by", "updated_at")}),
     )
 
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # The list's times are the server's (TIME_ZONE), named, as on the live counters page.
+        zone = timezone.get_current_timezone_name()
+        context = {"subtitle": f"Times in {zone} (the server's time zone)", **(extra_context or {})}
+        return super().changelist_view(request, context)
+
     @admin.display(description="override", ordering="action")
     def override(self, obj: Override) -> str:
         return f"rate {obj.rate}" if obj.action == RATE else obj.action

@@ -67,6 +67,8 @@ def page(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
         "reset_url": _url(model_admin, "reset"),
         "poll_interval_ms": POLL_INTERVAL_MS,
         "updated": timezone.now(),
+        # Every time on the page is in this zone, named (the script too: data-time-zone).
+        "time_zone": timezone.get_current_timezone_name(),
         "fallback": _fallback_context(),
     }
     return TemplateResponse(request, TEMPLATES + "live_counters.html", context)

@@ -52,7 +52,6 @@ class OverrideForm(forms.ModelForm):  # type: ignore[type-arg]
             "denied (429), Retry-After the time left (at most an hour).",
             "rate": "For a rate override only, written as in the policy (e.g. 1000/h): the "
             "policy's algorithm and other parameters stay.",
-            "expires_at": "It stops applying then.",
             "reason": "Why: shown in the list, for whoever looks next.",
         }
         widgets: ClassVar[dict[str, forms.Widget]] = {"reason": forms.TextInput(attrs={"size": 80})}
@@ -62,6 +61,11 @@ class OverrideForm(forms.ModelForm):  # type: ignore[type-arg]
         #: What the admin says besides "saved", once it is (see ``admin.OverrideAdmin``):
         #: a W020 warning of the rate.
         self.warnings: list[str] = []
+        if "expires_at" in self.fields:  # (not when only viewed)
+            self.fields["expires_at"].help_text = (
+                f"It stops applying then: a time in {timezone.get_current_timezone_name()}, the "
+                "server's time zone, as every time of the admin's rate-limit pages is shown."
+            )
         for field in self.fields.values():
             # The admin writes help texts as HTML: "ip:<address>" must show as typed.
             field.help_text = escape(field.help_text)

@@ -43,8 +43,17 @@
     return values.reduce((total, value) => total + value, 0);
   }
 
+  // In the server's time zone, which the page names (data-time-zone), as every time on it.
+  const page = section.closest("[data-time-zone]");
+  const zone = (page && page.dataset.timeZone) || undefined;
+
   function minuteLabel(minute) {
-    return new Date(minute * 60000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    const options = { hour: "2-digit", minute: "2-digit", hourCycle: "h23" };
+    try {
+      return new Date(minute * 60000).toLocaleTimeString("en-GB", { ...options, timeZone: zone });
+    } catch (error) {
+      return new Date(minute * 60000).toLocaleTimeString("en-GB", options); // a zone Intl does not know
+    }
   }
 
   // Stacked bars, one per minute, oldest on the left; each bar has a

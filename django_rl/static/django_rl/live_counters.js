@@ -22,9 +22,22 @@
   // The charts (history_charts.js) refresh with the rows, paused with them.
   const history = window.djangoRlHistory;
 
+  // Times are shown in the server's time zone, as the page names it (the
+  // fallback notice and the override list are written by the server in it).
+  const zone = root.dataset.timeZone || undefined;
+
+  function clock(iso) {
+    const options = { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" };
+    try {
+      return new Date(iso).toLocaleTimeString("en-GB", { ...options, timeZone: zone });
+    } catch (error) {
+      return new Date(iso).toLocaleTimeString("en-GB", options); // a zone Intl does not know
+    }
+  }
+
   function showTime(iso) {
     updated.dateTime = iso;
-    updated.textContent = new Date(iso).toLocaleTimeString();
+    updated.textContent = clock(iso);
   }
 
   function showError(message) {
