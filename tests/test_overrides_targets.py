@@ -183,3 +183,35 @@ def test_a_sliding_log_rate_that_settings_would_warn_about_is_warned_about(setti
     # Below the threshold: saved with the one message.
     _, said = save(admin_client, "log", "user:43", action="rate", rate="1000/h")
     assert [level for level, _ in said] == ["success"]
+
+
+def test_a_user_blocks_the_drf_drop_ins_user_throttle_and_is_refused_for_anon(
+    settings, admin_client, django_user_model
+):
+    from rest_framework.test import force_authenticate
+
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"user": "3/min", "anon": "3/min"}}
+    settings.DJANGO_RL = {}
+    factory = APIRequestFactory()
+    view = views_contrib_drf.UserView.as_view()
+    alice, bob = (django_user_model.objects.create_user(name) for name in ("alice", "bob"))
+
+    def drf_statuses(user, n):
+        answers = []
+        for _ in range(n):
+            request = factory.get("/")
+            force_authenticate(request, user)
+            answers.append(view(request).status_code)
+        return answers
+
+    assert drf_statuses(bob, 1) == [200]  # drf.user is known to this process
+    response, said = save(admin_client, "drf.user", f"user:{alice.pk}")
+    assert (response.status_code, [level for level, _ in said]) == (302, ["success"])
+    assert LOADER.load()
+    assert drf_statuses(alice, 1) == [429]
+    assert drf_statuses(bob, 3) == [200, 200, 429]
+    assert views_contrib_drf.AnonView.as_view()(factory.get("/")).status_code == 200
+    response, _ = save(admin_client, "drf.anon", f"user:{alice.pk}")
+    assert response.status_code == 200
+    [error] = response.context["adminform"].form.errors["identity"]
+    assert "never throttles signed-in users: name an address" in error

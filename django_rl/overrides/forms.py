@@ -16,7 +16,7 @@ from django_rl.core.rates import RateError
 from django_rl.exceptions import ConfigurationError
 from django_rl.models import Override
 from django_rl.overrides.rules import RATE, TargetError, normalize_target
-from django_rl.overrides.targets import address_form
+from django_rl.overrides.targets import address_form, dropin_target
 
 #: How long a new override lasts unless the form says otherwise.
 DEFAULT_DURATION = datetime.timedelta(days=1)
@@ -106,7 +106,7 @@ class OverrideForm(forms.ModelForm):  # type: ignore[type-arg]
     def _target(self, policy: str, text: str) -> str:
         """Return ``text`` as the policy's decisions compare it (an error on the field if none)."""
         try:
-            return normalize_target(text, address_form(policy), policy)
+            return normalize_target(dropin_target(policy, text), address_form(policy), policy)
         except TargetError as exc:
             self.add_error("identity", str(exc))
         except ConfigurationError as exc:

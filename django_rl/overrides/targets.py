@@ -66,6 +66,27 @@ def address_form(policy: str) -> AddressForm | None:
     return AddressForm("ip:", settings.ipv4_prefix, settings.ipv6_prefix)
 
 
+def dropin_target(policy: str, text: str) -> str:
+    """Return ``text`` as the drop-in's policy ``policy`` counts it: a user, for the DRF drop-in.
+
+    The DRF drop-in counts a signed-in user as ``throttle_<scope>_<pk>``
+    (``get_cache_key``), so ``user:42`` is that under ``drf.<scope>``;
+    ``drf.anon`` (``AnonRateThrottle``) never throttles one. Any other
+    ``text``, or policy, is returned as it is.
+
+    :raises TargetError: for a user under ``drf.anon``.
+    """
+    form = address_form(policy)
+    if form is None or form.head == "ip:" or not text.strip().startswith("user:"):
+        return text
+    if policy == "drf.anon":
+        raise TargetError(
+            f"{short_repr(text)}: policy 'drf.anon' (DRF's AnonRateThrottle) never throttles "
+            "signed-in users: name an address"
+        )
+    return form.head + text.strip().removeprefix("user:")
+
+
 def address_identity(policy: str, text: str) -> str | None:
     """Return the identity requests from the address ``text`` have under ``policy``, as counted.
 
