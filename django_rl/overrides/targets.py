@@ -21,6 +21,8 @@ identity as counted (:func:`address_identity`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from django_rl.conf import get_settings
 from django_rl.contrib.drf_policies import policy_name as drf_policy_name
 from django_rl.contrib.ratelimit.conf import ipv4_mask, ipv6_mask
@@ -48,14 +50,12 @@ def address_form(policy: str) -> AddressForm | None:
     settings = get_settings()
     specs = {**registered_policies(), **settings.policies}
     spec = specs.get(policy)
-    if spec is not None:
+    if isinstance(spec, Mapping):
         return key_address_form(spec.get("key", "user_or_ip"), settings.addresses)
     if policy.startswith("@"):
-        keys = [spec.policy_spec().get("key", "user_or_ip") for spec in url_specs()]
-        names = [spec.name for spec in url_specs()]
-        for name, key in zip(names, keys, strict=True):
-            if name == policy:
-                return key_address_form(key, settings.addresses)
+        for inline in url_specs():  # an inline policy of that group: its key's
+            if inline.name == policy:
+                return key_address_form(inline.policy_spec().get("key"), settings.addresses)
         # The django-ratelimit drop-in's group.
         return AddressForm("ip:", ipv4_mask(), ipv6_mask())
     if policy == "drf" or policy.startswith("drf."):
