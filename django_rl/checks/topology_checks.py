@@ -138,7 +138,7 @@ def _sentinel_problems(alias: str, options: Mapping[str, Any]) -> list[Problem]:
     else:
         return []
     if retries:
-        times = "forever" if retries < 0 else f"{retries} times"
+        times = "forever" if retries < 0 else "once" if retries == 1 else f"{retries} times"
         problems.insert(
             0,
             Problem(
