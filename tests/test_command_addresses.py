@@ -84,3 +84,17 @@ def test_a_network_or_an_address_a_policy_never_counts_is_an_error(settings, arg
     settings.DJANGO_RL = {"POLICIES": POLICIES}
     with pytest.raises(CommandError, match=message):
         ratelimit(*args)
+
+
+def test_an_address_under_the_drf_drop_in_is_its_cache_key(settings):
+    from rest_framework.test import APIRequestFactory
+
+    from tests import views_contrib_drf
+
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"anon": "3/min"}}
+    settings.DJANGO_RL = {}
+    view = views_contrib_drf.AnonView.as_view()
+    assert view(APIRequestFactory().get("/", REMOTE_ADDR="10.1.2.3")).status_code == 200
+    inspected = ratelimit("inspect", "drf.anon", "10.1.2.3")
+    assert shown(inspected, "identity") == "throttle_anon_10.1.2.3"
+    assert shown(inspected, "remaining") == "2"

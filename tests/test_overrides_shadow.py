@@ -54,3 +54,30 @@ def test_a_block_is_enforced_in_shadow_mode(settings, settings_):
     for decision in (policy.hit("ip:10.0.0.1"), policy.peek("ip:10.0.0.1")):
         assert (decision.allowed, decision.shadow, decision.denies) == (False, False, True)
     assert policy.hit("ip:10.0.0.2").shadow is True
+
+
+def test_a_block_of_an_address_is_enforced_on_the_drf_drop_in_under_shadow(settings):
+    from rest_framework.test import APIRequestFactory
+
+    from tests import views_contrib_drf
+
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"anon": "3/min"}}
+    settings.DJANGO_RL = {"SHADOW": True}
+    view = views_contrib_drf.AnonView.as_view()
+    factory = APIRequestFactory()
+    assert view(factory.get("/", REMOTE_ADDR="10.0.0.1")).status_code == 200
+    Override.objects.create(
+        policy="drf.anon",
+        identity="ip:10.0.0.1",
+        action="block",
+        expires_at=timezone.now() + datetime.timedelta(seconds=600),
+    )
+    assert LOADER.load()
+    assert view(factory.get("/", REMOTE_ADDR="10.0.0.1")).status_code == 429
+    # The Decision says it is enforced (metrics, headers, request.limited read that).
+    throttle = views_contrib_drf.AnonRateThrottle()
+    request = views_contrib_drf.AnonView().initialize_request(
+        factory.get("/", REMOTE_ADDR="10.0.0.1")
+    )
+    assert throttle.allow_request(request, None) is False
+    assert (throttle.decision.shadow, throttle.decision.denies) == (False, True)

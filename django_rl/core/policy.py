@@ -296,7 +296,7 @@ class Policy:
             address or network applies). It is not counted.
         """
         made: Any = self._hit_identity(identity, cost, request=request, also=also)
-        return self.report(identity, made)
+        return self.report(identity, made, also=also)
 
     def prepare(self, identity: str, cost: int = 1, *, request: Any = None) -> Pending | Decision:
         """Return the hit that Redis must decide, or its Decision when none is needed.
@@ -308,24 +308,30 @@ class Policy:
         """
         return self._hit_identity(identity, cost, request=request, defer=True)
 
-    def report(self, identity: str, decision: Decision) -> Decision:
-        """Return ``decision`` marked for shadow mode, counted in the metrics and history."""
+    def report(self, identity: str, decision: Decision, *, also: str | None = None) -> Decision:
+        """Return ``decision`` marked for shadow mode, counted in the metrics and history.
+
+        :param also: as for :meth:`hit` (a block of it is enforced in shadow mode too).
+        """
         if self.shadow:
-            decision = self.shadowed(identity, decision)
+            decision = self.shadowed(identity, decision, also=also)
         count_decision(self.name, decision)
         # history.record, inline: this runs on every decision.
         RECORDER.count(self.name, "a" if decision.allowed else field_of(decision), identity)
         return decision
 
-    def shadowed(self, identity: str, decision: Decision) -> Decision:
+    def shadowed(self, identity: str, decision: Decision, *, also: str | None = None) -> Decision:
         """Return ``decision`` of a policy in shadow mode marked ``shadow=True``.
 
-        Except an operator's block (an override, ``overrides/``): it is
-        enforced in every mode, shadow and ``SHADOW`` included.
+        Except an operator's block (an override of ``identity``, or of
+        ``also`` as :meth:`hit` takes it): it is enforced in every mode,
+        shadow and ``SHADOW`` included.
         """
         if not decision.allowed:
             rules = rules_for(self.name)
             rule = rules.match(identity) if rules is not None else None
+            if rule is None and rules is not None and also is not None:
+                rule = rules.match(also)
             if rule is not None and rule.action == BLOCK:
                 return decision
         return replace(decision, shadow=True)

@@ -69,12 +69,9 @@ class Rule:
 class PolicyRules:
     """The overrides of one policy: exact identities, then networks, most specific first."""
 
-    __slots__ = ("digests", "exact", "head", "networks")
+    __slots__ = ("digests", "exact", "networks")
 
-    def __init__(self, head: str = "ip:") -> None:
-        #: What comes before the address in the policy's identities (``ip:``;
-        #: the DRF drop-in's ``throttle_<scope>_``): networks match those.
-        self.head = head
+    def __init__(self) -> None:
         #: identity, as keys hold it -> rule.
         self.exact: dict[str, Rule] = {}
         #: Whether an identity of :attr:`exact` is a digest (``kind:~hex``).
@@ -88,8 +85,7 @@ class PolicyRules:
 
         Runs on every decision of a policy that has overrides: the usual
         identity (short, safe for a key) costs one dict lookup, and an
-        address one (``ip:...``), where the policy has networks, one address
-        parse more.
+        ``ip:`` one, where the policy has networks, one address parse more.
         """
         exact = self.exact
         if exact:
@@ -101,8 +97,8 @@ class PolicyRules:
                 rule = exact.get(safe_identity(identity)) if self.digests else None
             if rule is not None and rule.expires_at > time.time():
                 return rule
-        if self.networks and identity.startswith(self.head):
-            address = _address(identity[len(self.head) :])
+        if self.networks and identity.startswith("ip:"):
+            address = _address(identity[3:])
             if address is not None:
                 version, value = address
                 for network_version, shift, table in self.networks:
@@ -286,10 +282,7 @@ def build_rules(
             continue
         rate = row.rate if row.action == RATE else ""
         rule = Rule(row.action, rate, _unix(row.expires_at), target)
-        rules = by_policy.get(row.policy)
-        if rules is None:
-            head = form.head if form is not None else DEFAULT_FORM.head
-            rules = by_policy[row.policy] = PolicyRules(head)
+        rules = by_policy.setdefault(row.policy, PolicyRules())
         if "/" not in target:
             rules.exact[target] = rule
             rules.digests = rules.digests or "~" in target

@@ -9,9 +9,10 @@ address have under its policy, which depends on the policy:
 * the django-ratelimit drop-in's (``@<group>`` without an inline
   ``@ratelimit`` of that group): ``ip:<address>`` grouped by
   ``RATELIMIT_IPV4_MASK`` / ``RATELIMIT_IPV6_MASK``;
-* the DRF drop-in's (``drf.<scope>``): what ``get_cache_key`` returns,
-  ``throttle_<scope>_<address>`` (DRF's ``cache_format``), each address on
-  its own.
+* the DRF drop-in's (``drf.<scope>``): it counts by cache key,
+  ``throttle_<scope>_<address>`` (DRF's ``cache_format``, each address on
+  its own), and passes beside it the ``ip:`` identity of that address,
+  grouped by the settings' prefixes, which overrides match.
 
 :func:`address_form` says which; the override loader compares targets by it
 (handed over by the app's ``ready``), the admin's form judges targets by it,
@@ -36,14 +37,18 @@ from django_rl.overrides.rules import TargetError, normalize_target, split_addre
 #: DRF's ``SimpleRateThrottle.cache_format``, which the drop-in keeps: the
 #: identity of an address is ``throttle_<scope>_<address>``.
 DRF_CACHE_FORMAT = "throttle_%(scope)s_%(ident)s"
-#: The DRF drop-in counts each address on its own (DRF's ``get_ident``).
+#: The DRF drop-in's cache keys hold each address on its own (DRF's ``get_ident``).
 _DRF_PREFIXES = (32, 128)
 
 
 def address_form(policy: str) -> AddressForm | None:
-    """Return how the identities of the policy named ``policy`` write addresses; ``None``: never.
+    """Return how overrides of the policy named ``policy`` compare addresses; ``None``: never.
 
-    A name no policy has is taken as the ``ip`` key's, under the settings.
+    A policy of settings, code or inline: as its key writes them. The
+    django-ratelimit drop-in's group: ``ip:`` by its masks. The DRF drop-in's
+    (``drf.<scope>``): ``ip:`` by the settings' prefixes, the identity the
+    drop-in passes beside its cache key (``Policy.hit(also=)``). A name no
+    policy has is taken as the ``ip`` key's, under the settings.
 
     :raises ConfigurationError: if the settings are invalid.
     """
@@ -58,12 +63,19 @@ def address_form(policy: str) -> AddressForm | None:
                 return key_address_form(inline.policy_spec().get("key"), settings.addresses)
         # The django-ratelimit drop-in's group.
         return AddressForm("ip:", ipv4_mask(), ipv6_mask())
-    if policy == "drf" or policy.startswith("drf."):
-        scope = policy.removeprefix("drf").removeprefix(".") or None
-        if drf_policy_name(scope) == policy:
-            head = DRF_CACHE_FORMAT % {"scope": scope, "ident": ""}
-            return AddressForm(head, *_DRF_PREFIXES)
     return AddressForm("ip:", settings.ipv4_prefix, settings.ipv6_prefix)
+
+
+def _drf_head(policy: str) -> str | None:
+    """Return ``throttle_<scope>_``, how a DRF drop-in policy's cache keys start, or ``None``."""
+    if policy in {**registered_policies(), **get_settings().policies}:
+        return None  # a policy of that name in settings is not the drop-in's
+    if policy != "drf" and not policy.startswith("drf."):
+        return None
+    scope = policy.removeprefix("drf").removeprefix(".") or None
+    if drf_policy_name(scope) != policy:
+        return None  # a digest of a scope, which the name cannot give back
+    return DRF_CACHE_FORMAT % {"scope": scope, "ident": ""}
 
 
 def dropin_target(policy: str, text: str) -> str:
@@ -76,15 +88,15 @@ def dropin_target(policy: str, text: str) -> str:
 
     :raises TargetError: for a user under ``drf.anon``.
     """
-    form = address_form(policy)
-    if form is None or form.head == "ip:" or not text.strip().startswith("user:"):
+    head = _drf_head(policy)
+    if head is None or not text.strip().startswith("user:"):
         return text
     if policy == "drf.anon":
         raise TargetError(
             f"{short_repr(text)}: policy 'drf.anon' (DRF's AnonRateThrottle) never throttles "
             "signed-in users: name an address"
         )
-    return form.head + text.strip().removeprefix("user:")
+    return head + text.strip().removeprefix("user:")
 
 
 def address_identity(policy: str, text: str) -> str | None:
@@ -105,7 +117,10 @@ def address_identity(policy: str, text: str) -> str | None:
         return None
     if tagged and "/" not in body and _normalize_address(body) is None:
         return None  # "ip:" and no address: an identity as code may have counted it
-    found = normalize_target(text, address_form(policy), policy)
+    head = _drf_head(policy)
+    # The DRF drop-in's keys hold the address as DRF's get_ident gives it, each alone.
+    form = address_form(policy) if head is None else AddressForm(head, *_DRF_PREFIXES)
+    found = normalize_target(text, form, policy)
     if "/" in found:
         raise TargetError(
             f"{short_repr(text)} is a network: name one address (such as "
