@@ -43,6 +43,7 @@ from django_rl.core.policies import get_policy
 from django_rl.core.rates import parse_rate
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import RateLimited
+from django_rl.http import slots
 from django_rl.http.headers import recorded, write_headers
 from django_rl.http.responses import too_many_requests
 from django_rl.leases import Lease
@@ -58,13 +59,17 @@ HTTP_METHODS = frozenset(
 def _check(request: HttpRequest, limit: Limit) -> tuple[HttpResponse | None, list[Lease]]:
     """Decide ``limit`` for ``request``: a 429 if it blocks a denial, and the slots it took.
 
-    The slots (``concurrency`` policies' leases) are the caller's to give
-    back when the response is done. A request refused takes none: all or
-    nothing, no policy counted it.
+    The slots (``concurrency`` policies' leases) are held by the request
+    (``http/slots.py``) as soon as taken, so that a request cancelled while
+    this runs in a thread gives them back; the caller hands them to the
+    view's response. A request refused takes none: all or nothing, no policy
+    counted it.
     """
     verdict = engine.decide(request, (limit,))  # (one policy: engine.decide_one, no lists)
     held = leases.held(verdict.decisions)
     if not verdict.blocking:
+        if held:
+            slots.hold(request, held)
         return None, held
     leases.release(held)
     return too_many_requests(request, RateLimited(verdict.decisions)), []
@@ -295,7 +300,15 @@ def _wrap(
             held: list[Lease] = []
             if limit.applies(request):
                 # Off the event loop, in the request's sync thread (see above).
-                denied, held = await sync_to_async(_check, thread_sensitive=True)(request, limit)
+                try:
+                    denied, held = await sync_to_async(_check, thread_sensitive=True)(
+                        request, limit
+                    )
+                except BaseException:
+                    # Cancelled (the client left) while the thread decides: the
+                    # slots it takes are given back as soon as taken.
+                    slots.end(request)
+                    raise
                 if denied is not None:
                     return denied
             else:
@@ -309,8 +322,9 @@ def _wrap(
             except BaseException:
                 await sync_to_async(leases.release, thread_sensitive=True)(held)
                 raise
-            # Given back when the ASGI handler closes the response (after its body).
-            leases.release_when_closed(response, held)
+            # Given back when the ASGI handler closes the response (after its
+            # body), or the one it sent instead (http/slots.py).
+            slots.give_back_when_closed(response, slots.attached(request))
             write_headers(response, recorded(request))
             return response
 
@@ -336,15 +350,16 @@ def _wrap(
                         return too_many_requests(request, RateLimited([decision]))
                     lease = decision.lease
                     if lease is not None and not lease.released:
-                        return _holding(view, args, kwargs, request, [lease])
+                        held_by = slots.hold(request, [lease])
+                        return _holding(view, args, kwargs, request, held_by, [lease])
                 response = view(*args, **kwargs)
                 write_headers(response, every)  # (the request's list: the view's own too)
                 return response
             denied, held = _check(request, limit)
             if denied is not None:
                 return denied
-            if held:
-                return _holding(view, args, kwargs, request, held)
+            if held:  # (held by the request since _check)
+                return _holding(view, args, kwargs, request, slots.attached(request), held)
         else:
             engine.unlimited(request)
         response = view(*args, **kwargs)
@@ -355,18 +370,25 @@ def _wrap(
 
 
 def _holding(
-    view: Callable[..., Any], args: Any, kwargs: Any, request: HttpRequest, held: list[Lease]
+    view: Callable[..., Any],
+    args: Any,
+    kwargs: Any,
+    request: HttpRequest,
+    held_by: slots.Slots,
+    held: list[Lease],
 ) -> Any:
-    """Run ``view`` holding ``held`` (concurrency slots) until its response is closed.
+    """Run ``view`` while ``held_by`` (the request's slots) holds ``held``, until it is done.
 
     Django closes every response once its body is sent (a streaming one once
-    the last chunk is); if the view raises, the slots are given back at once.
+    the last chunk is): the view's, or the one a middleware sent instead, or
+    it gives up the request (http/slots.py). If the view raises, the slots
+    are given back at once.
     """
     try:
         response = view(*args, **kwargs)
     except BaseException:
         leases.release(held)
         raise
-    leases.release_when_closed(response, held)
+    slots.give_back_when_closed(response, held_by)
     write_headers(response, recorded(request))
     return response

@@ -6,13 +6,11 @@ holds ``cost`` slots until they are given back, or until the policy's
 ``timeout`` ends them. Its Decision carries a :class:`Lease`
 (``Decision.lease``); :func:`release` gives it back.
 
-* ``@ratelimit`` gives the slots back when Django closes the response
-  (``HttpResponseBase.close()``, which every WSGI and ASGI server calls once
-  the body is sent, streaming bodies included), and at once when the view
-  raises; sync and async views alike.
-* DRF (``PolicyThrottle``, and ``@ratelimit`` on DRF views): the view
-  instance's ``finalize_response`` hands the response's close the slots, and
-  its ``handle_exception`` gives them back when an exception escapes DRF.
+* ``@ratelimit``, ``PolicyThrottle`` and ``@ratelimit`` on DRF views hold
+  them until the request is done: when Django closes the view's response,
+  or the response it sent instead (a 304, a cached copy), or gives up the
+  request (an ASGI client that disconnected); at once when the view raises.
+  See ``http/slots.py``.
 * Code outside views: ``with holding(policy.hit(identity)) as decision:``,
   or ``release(decision)`` in a ``finally``.
 
@@ -23,11 +21,11 @@ error reply once, as for decisions).
 
 from __future__ import annotations
 
-import functools
 import logging
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from redis.exceptions import RedisError
 
@@ -37,6 +35,9 @@ if TYPE_CHECKING:
     from django_rl.backends import Backend, RedisNode
 
 logger = logging.getLogger("django_rl")
+
+#: Claims leases to give back: two threads ending one request give each back once.
+_claiming = threading.Lock()
 
 
 class Lease:
@@ -100,8 +101,12 @@ def release(decisions: Held) -> int:
     leases = held(decisions)
     if not leases:
         return 0
-    for lease in leases:
-        lease.released = True
+    with _claiming:
+        leases = [lease for lease in leases if not lease.released]
+        for lease in leases:
+            lease.released = True
+    if not leases:
+        return 0
     groups: dict[tuple[int, int], list[Lease]] = {}
     for lease in leases:
         backend = lease.backend
@@ -134,19 +139,3 @@ def holding(decisions: T) -> Iterator[T]:
         yield decisions
     finally:
         release(decisions)
-
-
-def release_when_closed(response: Any, leases: list[Lease]) -> None:
-    """Give back ``leases`` when Django closes ``response`` (at once if it cannot be hooked).
-
-    Django calls ``close()`` on every response once its body is sent (WSGI
-    and ASGI, streaming included), and ``close()`` calls each of
-    ``_resource_closers``.
-    """
-    if not leases:
-        return
-    closers = getattr(response, "_resource_closers", None)
-    if isinstance(closers, list):
-        closers.append(functools.partial(release, leases))
-    else:
-        release(leases)

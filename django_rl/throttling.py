@@ -30,6 +30,7 @@ from django_rl.core.decision import Decision
 from django_rl.core.policies import get_policy
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError, RateLimited
+from django_rl.http import slots
 from django_rl.http.headers import record_missing, write_headers
 from django_rl.leases import Lease
 
@@ -84,13 +85,13 @@ class PolicyThrottle(BaseThrottle):
             self.decisions = (decision,)
             lease = decision.lease
             if lease is not None and not lease.released:
-                hold_until_done(view, [lease])
+                hold_until_done(view, [lease], request)
             return decision.allowed or decision.shadow  # (not Decision.denies)
         decisions = engine.hit_all(request, [get_policy(name) for name in names])
         self.decisions = tuple(decisions)
         write_view_headers(view, engine.settle(request, decisions))
         # All or nothing: slots (concurrency) were taken only if none denied.
-        hold_until_done(view, leases.held(decisions))
+        hold_until_done(view, leases.held(decisions), request)
         return not any(decision.denies for decision in decisions)
 
     def wait(self) -> float | None:
@@ -126,25 +127,29 @@ def write_view_headers(view: Any, decisions: list[Decision]) -> None:
         write_headers(headers, decisions)
 
 
-def hold_until_done(view: Any, held: list[Lease]) -> None:
-    """Give back ``held`` (concurrency slots) when the DRF ``view``'s response is done.
+def hold_until_done(view: Any, held: list[Lease], request: Any = None) -> None:
+    """Give back ``held`` (concurrency slots) when the DRF ``view``'s request is done.
 
-    A throttle and the hook around ``perform_authentication`` run inside
+    ``request`` (DRF's, or Django's; default: the view's ``request``) holds
+    them until it ends (``http/slots.py``): Django closes the response it
+    sends, or gives up the request (an ASGI client that disconnected). A
+    throttle and the hook around ``perform_authentication`` run inside
     ``APIView.dispatch``, which then calls the instance's
     ``finalize_response`` with the response (the view's own, or the one
-    ``handle_exception`` made of an error) and returns it; Django closes it
-    once its body is sent. So the instance's ``finalize_response`` hands the
-    slots to the response's close, and its ``handle_exception`` gives them
-    back at once when an exception escapes DRF (no response is made). Both
-    are set on this instance only: DRF makes one per request.
+    ``handle_exception`` made of an error) and returns it. So the instance's
+    ``finalize_response`` hands the slots to that response's close (the
+    usual way back), and its ``handle_exception`` gives them back at once
+    when an exception escapes DRF (no response is made). Both are set on
+    this instance only: DRF makes one per request.
     """
     if not held:
         return
+    held_by = slots.hold(getattr(view, "request", None) if request is None else request, held)
     finalize = getattr(view, "finalize_response", None)
     handle = getattr(view, "handle_exception", None)
     if finalize is None or handle is None:
-        # Not an APIView: nothing says when it is done; the slots end at
-        # their policy's timeout.
+        # Not an APIView: the request's end gives them back (or, for an
+        # object that is not a request, the policy's timeout).
         return
 
     def finalize_response(request: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
@@ -153,7 +158,7 @@ def hold_until_done(view: Any, held: list[Lease]) -> None:
         except BaseException:
             leases.release(held)
             raise
-        leases.release_when_closed(response, held)
+        slots.give_back_when_closed(response, held_by)
         return response
 
     def handle_exception(exc: Exception) -> Any:

@@ -22,8 +22,8 @@ A denied request raises DRF's ``Throttled``: the 429 with ``Retry-After`` and
 handler (with ``block=False`` the view runs, ``request.limited`` set). The
 rate-limit headers go into the view's ``headers``, which
 ``finalize_response`` copies onto every response, allowed or denied. Slots
-of ``concurrency`` policies are given back when the response is closed
-(``throttling.hold_until_done``).
+of ``concurrency`` policies are given back when the request is done
+(``throttling.hold_until_done``, ``slots.py``).
 
 This module imports DRF; ``decorators.py`` loads it only once DRF is loaded.
 """
@@ -171,4 +171,4 @@ def decide(request: Request, limits: Sequence[Limit]) -> None:
     if verdict.blocking:
         leases.release(held)  # another use of @ratelimit refused the request
         raise Throttled(wait=max(d.retry_after_header for d in verdict.blocking))
-    hold_until_done(view, held)
+    hold_until_done(view, held, request)

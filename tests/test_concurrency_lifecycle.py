@@ -1,0 +1,240 @@
+"""When a request's ``concurrency`` slots come back, whatever happens to its response.
+
+The issue-28 audit: a cached response (``cache_page``, the site-wide cache
+middleware, a cached DRF view) answered 500 and kept its slot; a 304 of
+``ConditionalGetMiddleware`` kept the slot of the response it replaced; an
+ASGI client that disconnected during a sync or DRF view left its slot held
+until the policy's ``timeout``. Each slot comes back exactly once (one
+``ZREM`` per request, counted by the server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+from asgiref.sync import async_to_sync
+from django.core.handlers.asgi import ASGIHandler
+from django.test import AsyncRequestFactory
+
+from django_rl import get_policy
+from tests import urls_concurrency
+from tests.urls_concurrency import IDENTITY
+
+LIMIT = 3
+POLICIES = {
+    "slots": {"algorithm": "concurrency", "limit": LIMIT, "timeout": 30, "key": "ip"},
+    "slow_slots": {
+        "algorithm": "concurrency",
+        "limit": LIMIT,
+        "timeout": 30,
+        "key": "tests.urls_concurrency.slow_identity",
+    },
+}
+CACHE_MIDDLEWARE = [
+    "django.middleware.cache.UpdateCacheMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.cache.FetchFromCacheMiddleware",
+]
+pytestmark = pytest.mark.urls("tests.urls_concurrency")
+
+
+@pytest.fixture(autouse=True)
+def policies(settings: Any, redis_client: redis.Redis) -> None:
+    settings.DJANGO_RL = {"POLICIES": POLICIES}
+    settings.CACHES = {
+        **settings.CACHES,
+        "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    }
+    from django.core.cache import caches
+
+    caches["locmem"].clear()
+
+
+def left(name: str = "slots") -> int:
+    return get_policy(name).peek(IDENTITY).remaining
+
+
+def zrems(client: redis.Redis) -> int:
+    """Return how many ZREM the server has run: slots are given back by ZREM alone."""
+    return int(client.info("commandstats").get("cmdstat_zrem", {}).get("calls", 0))
+
+
+# Item 1: cached responses
+
+
+@pytest.mark.parametrize("url", ["/cached/", "/cached-locmem/", "/drf-cached/"])
+def test_a_cached_response_is_served_and_its_slot_given_back_once(client, redis_client, url):
+    before = zrems(redis_client)
+    answers = [client.get(url) for _ in range(5)]
+    assert [a.status_code for a in answers] == [200] * 5
+    # The view ran once, holding one slot; the other four came from the cache.
+    assert {a.content for a in answers} == {answers[0].content}
+    assert left() == LIMIT
+    assert zrems(redis_client) - before == 1
+
+
+def test_a_view_that_serves_from_its_cache_holds_and_gives_back_each_time(client, redis_client):
+    before = zrems(redis_client)
+    answers = [client.get("/limited-then-cached/") for _ in range(5)]
+    assert [(a.status_code, a.content) for a in answers] == [(200, b"2")] * 5
+    assert left() == LIMIT
+    assert zrems(redis_client) - before == 5
+
+
+@pytest.mark.parametrize("alias", ["default", "locmem"])
+@pytest.mark.parametrize("url", ["/plain/", "/drf/"])
+def test_the_site_wide_cache_serves_and_gives_back(settings, client, redis_client, alias, url):
+    settings.MIDDLEWARE = CACHE_MIDDLEWARE
+    settings.CACHE_MIDDLEWARE_ALIAS = alias
+    before = zrems(redis_client)
+    answers = [client.get(url) for _ in range(5)]
+    assert [a.status_code for a in answers] == [200] * 5
+    assert {a.content for a in answers} == {answers[0].content}
+    assert left() == LIMIT
+    assert zrems(redis_client) - before == 1
+
+
+# Item 4: a middleware replaces the response
+
+
+@pytest.mark.parametrize("url", ["/tagged/", "/drf-tagged/"])
+def test_a_304_gives_back_the_slot_of_the_response_it_replaced(settings, client, redis_client, url):
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.http.ConditionalGetMiddleware"]
+    before = zrems(redis_client)
+    assert client.get(url).status_code == 200
+    revalidated = [client.get(url, HTTP_IF_NONE_MATCH='"v1"') for _ in range(LIMIT + 2)]
+    assert [r.status_code for r in revalidated] == [304] * (LIMIT + 2)
+    assert left() == LIMIT
+    assert zrems(redis_client) - before == LIMIT + 3
+
+
+# Item 5: an ASGI client disconnects during a sync or DRF view
+
+
+async def asgi_get(
+    app: Any,
+    path: str,
+    headers: tuple[tuple[bytes, bytes], ...] = (),
+    disconnect_when: threading.Event | None = None,
+) -> list[dict[str, Any]]:
+    """GET ``path`` through ``app``, as an ASGI server would; return what it sent.
+
+    With ``disconnect_when``, the client disconnects once that is set (the
+    proxy in front timed out, say); else once the response is sent.
+    """
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver"), *headers],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+    messages = [{"type": "http.request", "body": b"", "more_body": False}]
+    sent: list[dict[str, Any]] = []
+    answered = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        if disconnect_when is None:
+            await answered.wait()
+        while disconnect_when is not None and not disconnect_when.is_set():
+            await asyncio.sleep(0.01)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            answered.set()
+
+    await app(scope, receive, send)
+    return sent
+
+
+def statuses(app: Any, path: str, times: int, *headers: tuple[bytes, bytes]) -> list[int]:
+    """GET ``path`` through ``app`` ``times`` times, one after the other; return the statuses."""
+
+    async def get_all() -> list[int]:
+        return [(await asgi_get(app, path, headers))[0]["status"] for _ in range(times)]
+
+    return async_to_sync(get_all)()
+
+
+@pytest.mark.parametrize("url", ["/cached/", "/cached-locmem/", "/drf-cached/"])
+def test_under_asgi_a_cached_response_is_served_and_its_slot_given_back_once(redis_client, url):
+    before = zrems(redis_client)
+    assert statuses(ASGIHandler(), url, 5) == [200] * 5
+    assert left() == LIMIT
+    assert zrems(redis_client) - before == 1
+
+
+@pytest.mark.parametrize("url", ["/tagged/", "/drf-tagged/"])
+def test_under_asgi_a_304_gives_back_the_slot_it_replaced(settings, redis_client, url):
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.http.ConditionalGetMiddleware"]
+    app = ASGIHandler()
+    before = zrems(redis_client)
+    assert statuses(app, url, LIMIT + 2, (b"if-none-match", b'"v1"')) == [304] * (LIMIT + 2)
+    assert left() == LIMIT
+    assert zrems(redis_client) - before == LIMIT + 2
+
+
+@pytest.mark.parametrize("url", ["/slow/", "/drf-slow/"])
+def test_a_client_that_disconnects_during_a_sync_view_gives_its_slot_back(redis_client, url):
+    urls_concurrency.running.clear()
+    before = zrems(redis_client)
+    sent = async_to_sync(asgi_get)(ASGIHandler(), url, (), urls_concurrency.running)
+    assert urls_concurrency.running.is_set()
+    assert sent == []  # Django answered nothing: the request was cancelled
+    assert left() == LIMIT
+    assert zrems(redis_client) - before == 1
+
+
+def test_a_request_cancelled_while_its_slot_is_taken_gives_it_back(redis_client):
+    # The decision runs in the request's thread; the client leaves meanwhile,
+    # and the slot is taken after Django gave up the request.
+    urls_concurrency.deciding.clear()
+    urls_concurrency.decided_at.clear()
+    before = zrems(redis_client)
+    sent = async_to_sync(asgi_get)(ASGIHandler(), "/slow-to-decide/", (), urls_concurrency.deciding)
+    assert sent == []
+    assert left("slow_slots") == LIMIT
+    assert zrems(redis_client) - before == 1
+
+
+def test_an_async_view_cancelled_while_its_slot_is_taken_gives_it_back_at_once(redis_client):
+    # No handler: the task running the view is cancelled (as a server's
+    # would be); the slot taken after that is given back within 0.3 s.
+    urls_concurrency.deciding.clear()
+    urls_concurrency.decided_at.clear()
+    request = AsyncRequestFactory().get("/slow-to-decide/")
+
+    async def cancel_while_deciding() -> float:
+        task = asyncio.ensure_future(urls_concurrency.slow_to_decide(request))
+        while not urls_concurrency.deciding.is_set():
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        while not urls_concurrency.decided_at:
+            await asyncio.sleep(0.005)
+        while left("slow_slots") != LIMIT and time.monotonic() < urls_concurrency.decided_at[0] + 5:
+            await asyncio.sleep(0.01)
+        return time.monotonic() - urls_concurrency.decided_at[0]
+
+    before = zrems(redis_client)
+    given_back_after = async_to_sync(cancel_while_deciding)()
+    assert left("slow_slots") == LIMIT
+    assert given_back_after < 0.3
+    assert zrems(redis_client) - before == 1
