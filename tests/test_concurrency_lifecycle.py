@@ -11,14 +11,17 @@ until the policy's ``timeout``. Each slot comes back exactly once (one
 from __future__ import annotations
 
 import asyncio
+import http.client
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
 import redis
-from asgiref.sync import async_to_sync
 from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.wsgi import WSGIHandler
 from django.test import AsyncRequestFactory
 
 from django_rl import get_policy
@@ -113,6 +116,79 @@ def test_a_304_gives_back_the_slot_of_the_response_it_replaced(settings, client,
     assert zrems(redis_client) - before == LIMIT + 3
 
 
+# A real WSGI server (the standard library's, which closes what the app returns)
+
+
+@pytest.fixture
+def serve(settings: Any) -> Iterator[Callable[[list[str]], str]]:
+    """Serve Django's WSGIHandler with ``MIDDLEWARE`` on a free port; return its address."""
+    servers: list[tuple[WSGIServer, threading.Thread]] = []
+
+    def start(middleware: list[str]) -> str:
+        settings.MIDDLEWARE = middleware
+        server = make_server("127.0.0.1", 0, WSGIHandler(), handler_class=_QuietHandler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        return f"127.0.0.1:{server.server_port}"
+
+    yield start
+    for server, thread in servers:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def all_back(deadline_s: float = 5.0) -> bool:
+    """Wait until every slot is back: a server closes a response just after sending it."""
+    give_up = time.monotonic() + deadline_s
+    while left() != LIMIT and time.monotonic() < give_up:
+        time.sleep(0.01)
+    return left() == LIMIT
+
+
+def wsgi_get(address: str, path: str, **headers: str) -> int:
+    connection = http.client.HTTPConnection(address, timeout=10)
+    try:
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+REVALIDATING = ["django.middleware.http.ConditionalGetMiddleware"]
+
+
+@pytest.mark.parametrize("url", ["/tagged/", "/drf-tagged/"])
+def test_a_wsgi_server_gives_back_the_slot_a_304_replaced(serve, redis_client, url):
+    address = serve(REVALIDATING)
+    before = zrems(redis_client)
+    statuses = [wsgi_get(address, url, **{"If-None-Match": '"v1"'}) for _ in range(LIMIT + 2)]
+    assert statuses == [304] * (LIMIT + 2)
+    assert all_back()
+    assert zrems(redis_client) - before == LIMIT + 2
+
+
+@pytest.mark.parametrize("url", ["/tagged/", "/drf-tagged/"])
+def test_a_wsgi_server_gives_back_the_slot_of_a_cached_response(serve, redis_client, url):
+    address = serve([*CACHE_MIDDLEWARE[:-1], *REVALIDATING, CACHE_MIDDLEWARE[-1]])
+    before = zrems(redis_client)
+    # The first is cached by the site-wide middleware; the next are served
+    # from the cache (no slot), or revalidated from it (304, no slot).
+    assert [wsgi_get(address, url) for _ in range(LIMIT + 2)] == [200] * (LIMIT + 2)
+    revalidated = [wsgi_get(address, url, **{"If-None-Match": '"v1"'}) for _ in range(2)]
+    assert revalidated == [304, 304]
+    assert all_back()
+    assert zrems(redis_client) - before == 1
+
+
 # Item 5: an ASGI client disconnects during a sync or DRF view
 
 
@@ -123,6 +199,10 @@ async def asgi_get(
     disconnect_when: threading.Event | None = None,
 ) -> list[dict[str, Any]]:
     """GET ``path`` through ``app``, as an ASGI server would; return what it sent.
+
+    Run by ``asyncio.run``, as a server runs its loop: each request's sync
+    code then runs in a thread of its own (``ThreadSensitiveContext``), not
+    in the test's thread as under ``async_to_sync``.
 
     With ``disconnect_when``, the client disconnects once that is set (the
     proxy in front timed out, say); else once the response is sent.
@@ -169,7 +249,7 @@ def statuses(app: Any, path: str, times: int, *headers: tuple[bytes, bytes]) -> 
     async def get_all() -> list[int]:
         return [(await asgi_get(app, path, headers))[0]["status"] for _ in range(times)]
 
-    return async_to_sync(get_all)()
+    return asyncio.run(get_all())
 
 
 @pytest.mark.parametrize("url", ["/cached/", "/cached-locmem/", "/drf-cached/"])
@@ -194,7 +274,7 @@ def test_under_asgi_a_304_gives_back_the_slot_it_replaced(settings, redis_client
 def test_a_client_that_disconnects_during_a_sync_view_gives_its_slot_back(redis_client, url):
     urls_concurrency.running.clear()
     before = zrems(redis_client)
-    sent = async_to_sync(asgi_get)(ASGIHandler(), url, (), urls_concurrency.running)
+    sent = asyncio.run(asgi_get(ASGIHandler(), url, (), urls_concurrency.running))
     assert urls_concurrency.running.is_set()
     assert sent == []  # Django answered nothing: the request was cancelled
     assert left() == LIMIT
@@ -207,7 +287,7 @@ def test_a_request_cancelled_while_its_slot_is_taken_gives_it_back(redis_client)
     urls_concurrency.deciding.clear()
     urls_concurrency.decided_at.clear()
     before = zrems(redis_client)
-    sent = async_to_sync(asgi_get)(ASGIHandler(), "/slow-to-decide/", (), urls_concurrency.deciding)
+    sent = asyncio.run(asgi_get(ASGIHandler(), "/slow-to-decide/", (), urls_concurrency.deciding))
     assert sent == []
     assert left("slow_slots") == LIMIT
     assert zrems(redis_client) - before == 1
@@ -229,12 +309,14 @@ def test_an_async_view_cancelled_while_its_slot_is_taken_gives_it_back_at_once(r
             await task
         while not urls_concurrency.decided_at:
             await asyncio.sleep(0.005)
-        while left("slow_slots") != LIMIT and time.monotonic() < urls_concurrency.decided_at[0] + 5:
-            await asyncio.sleep(0.01)
+        # The slot is taken just after the identity is known; then given back.
+        give_up = urls_concurrency.decided_at[0] + 5
+        while zrems(redis_client) == before and time.monotonic() < give_up:
+            await asyncio.sleep(0.005)
         return time.monotonic() - urls_concurrency.decided_at[0]
 
     before = zrems(redis_client)
-    given_back_after = async_to_sync(cancel_while_deciding)()
+    given_back_after = asyncio.run(cancel_while_deciding())
     assert left("slow_slots") == LIMIT
     assert given_back_after < 0.3
     assert zrems(redis_client) - before == 1

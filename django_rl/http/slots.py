@@ -2,7 +2,7 @@
 
 The front doors hand the slots a request took to :func:`hold` (before the
 view runs) and its response to :func:`give_back_when_closed`. Whichever of
-these comes first gives them back; a lease only once
+the following comes first gives them back; a lease only once
 (:func:`django_rl.leases.release` claims it), and in one ``ZREM`` round trip
 for all of a request's slots:
 
