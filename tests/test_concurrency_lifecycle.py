@@ -70,7 +70,9 @@ def zrems(client: redis.Redis) -> int:
 # Item 1: cached responses
 
 
-@pytest.mark.parametrize("url", ["/cached/", "/cached-locmem/", "/drf-cached/"])
+@pytest.mark.parametrize(
+    "url", ["/cached/", "/cached-locmem/", "/drf-cached/", "/drf-decorated-cached/"]
+)
 def test_a_cached_response_is_served_and_its_slot_given_back_once(client, redis_client, url):
     before = zrems(redis_client)
     answers = [client.get(url) for _ in range(5)]
@@ -90,7 +92,7 @@ def test_a_view_that_serves_from_its_cache_holds_and_gives_back_each_time(client
 
 
 @pytest.mark.parametrize("alias", ["default", "locmem"])
-@pytest.mark.parametrize("url", ["/plain/", "/drf/"])
+@pytest.mark.parametrize("url", ["/plain/", "/drf/", "/drf-decorated/"])
 def test_the_site_wide_cache_serves_and_gives_back(settings, client, redis_client, alias, url):
     settings.MIDDLEWARE = CACHE_MIDDLEWARE
     settings.CACHE_MIDDLEWARE_ALIAS = alias
@@ -252,7 +254,9 @@ def statuses(app: Any, path: str, times: int, *headers: tuple[bytes, bytes]) -> 
     return asyncio.run(get_all())
 
 
-@pytest.mark.parametrize("url", ["/cached/", "/cached-locmem/", "/drf-cached/"])
+@pytest.mark.parametrize(
+    "url", ["/cached/", "/cached-locmem/", "/drf-cached/", "/drf-decorated-cached/"]
+)
 def test_under_asgi_a_cached_response_is_served_and_its_slot_given_back_once(redis_client, url):
     before = zrems(redis_client)
     assert statuses(ASGIHandler(), url, 5) == [200] * 5

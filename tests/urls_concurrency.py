@@ -143,6 +143,11 @@ class CachedThrottled(Throttled):
     pass
 
 
+@method_decorator(cache_page(60), name="dispatch")
+class CachedDecorated(Decorated):
+    pass
+
+
 class TaggedThrottled(Throttled):
     def get(self, request):
         return Response({"left": left()}, headers={"ETag": '"v1"'})
@@ -163,6 +168,7 @@ urlpatterns = [
     path("slow/", slow),
     path("slow-to-decide/", slow_to_decide),
     path("drf-cached/", CachedThrottled.as_view()),
+    path("drf-decorated-cached/", CachedDecorated.as_view()),
     path("drf-tagged/", TaggedThrottled.as_view()),
     path("drf-slow/", SlowThrottled.as_view()),
     path("plain/", plain),
