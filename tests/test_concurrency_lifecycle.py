@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import pickle
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ import pytest
 import redis
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.wsgi import WSGIHandler
-from django.test import AsyncRequestFactory
+from django.test import AsyncRequestFactory, RequestFactory
 
 from django_rl import get_policy
 from tests import urls_concurrency
@@ -68,6 +69,19 @@ def zrems(client: redis.Redis) -> int:
 
 
 # Item 1: cached responses
+
+
+def test_a_response_holding_a_slot_pickles_and_its_copy_holds_none(redis_client):
+    response = urls_concurrency.plain(RequestFactory().get("/plain/"))
+    assert left() == LIMIT - 1
+    copy = pickle.loads(pickle.dumps(response))
+    assert copy.content == response.content == b"2"
+    before = zrems(redis_client)
+    copy.close()  # what a cache serves: it gives back nothing
+    assert (left(), zrems(redis_client) - before) == (LIMIT - 1, 0)
+    response.close()
+    response.close()
+    assert (left(), zrems(redis_client) - before) == (LIMIT, 1)
 
 
 @pytest.mark.parametrize(
