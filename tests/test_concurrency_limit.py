@@ -3,7 +3,8 @@
 The slot is taken before the view and given back when the response is
 closed (streaming included), at once when the view raises, for sync and
 async views and DRF; a slot nobody gives back ends at the policy's
-``timeout``, on the Redis server's clock.
+``timeout``, on the Redis server's clock. Caches, 304s and ASGI clients that
+leave: test_concurrency_lifecycle.py.
 """
 
 from __future__ import annotations

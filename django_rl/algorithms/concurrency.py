@@ -2,8 +2,9 @@
 
 Stripe's concurrent-request limiter. A hit that is allowed takes ``cost``
 slots; the caller gives them back when the request is done
-(``django_rl.leases``: the front doors do it when the response is closed,
-streaming responses and exceptions included). A slot nobody gives back (the
+(``django_rl.leases``: the front doors do it when the request is done,
+``http/slots.py``: its response closed, streaming included, or the one a
+middleware sent instead, an ASGI client gone, an exception). A slot nobody gives back (the
 process died, or lost Redis when it tried) ends by itself ``timeout``
 seconds after it was taken, by the Redis server's clock.
 

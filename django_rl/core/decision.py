@@ -44,7 +44,7 @@ class Decision:
     :ivar lease: what gives back the slots a ``concurrency`` hit took (only
         on a hit that was allowed and counted; ``None`` otherwise): pass the
         Decision to :func:`django_rl.leases.release` when the work is done.
-        The front doors do it when the response is closed.
+        The front doors do it when the request is done (``http/slots.py``).
     """
 
     allowed: bool
