@@ -54,7 +54,13 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
-        "NAME": ":memory:",
+        # Not ":memory:", even outside the tests: pytest-django's live_server
+        # shares the main thread's connection with every request thread when
+        # NAME is in memory at the moment it starts, which for a browser test
+        # run alone is before the test database exists; concurrent requests on
+        # one SQLite connection then crash the process (a segfault in execute).
+        # Nothing opens it: the tests use the test database below.
+        "NAME": os.path.join(tempfile.gettempdir(), "django_rl_tests_unused.sqlite3"),
         # The test database is a file, not memory: the browser tests' live
         # server answers the page's concurrent polls in threads of their own,
         # and Django would have them all share the test thread's one
