@@ -31,14 +31,20 @@ from django_rl import get_policy
 from django_rl.backends.cluster import REFRESH_INTERVAL
 from django_rl.inspection import Query, list_counters
 from tests import figures
+from tests.conftest import start_of_fresh_window
 from tests.looping import LoopingThreads
 from tests.topologies import NODE_TIMEOUT_MS, ClusterTopology
 
 pytestmark = [pytest.mark.topologies, pytest.mark.slow]
 
 TIMEOUT = 0.2
+DAY_MS = 86_400_000
+#: Left in the fixed window when a test starts: more than a test takes.
+WINDOW_MARGIN_MS = 300_000
 POLICIES = {
-    "fw": {"algorithm": "fixed_window", "rate": "100/h", "key": "ip"},
+    # A day's window, entered with WINDOW_MARGIN_MS left (no_failover): a
+    # window that ended mid-test would start the count again.
+    "fw": {"algorithm": "fixed_window", "rate": "100/d", "key": "ip"},
     "sl": {"algorithm": "sliding_log", "rate": "100/h", "key": "ip"},
     "tb": {"algorithm": "token_bucket", "capacity": 100, "rate": "100/h", "key": "ip"},
 }
@@ -57,6 +63,11 @@ def no_failover(settings, redis_cluster: ClusterTopology) -> Iterator[ClusterTop
     set_node_timeout(redis_cluster, 60_000)
     settings.CACHES = redis_cluster.caches(timeout=TIMEOUT)
     settings.DJANGO_RL = {"KEY_PREFIX": "o", "DENY_CACHE_SIZE": 0, "POLICIES": POLICIES}
+    clock = redis_cluster.primary_servers()[0].client()
+    try:
+        start_of_fresh_window(clock, DAY_MS, min_left_ms=WINDOW_MARGIN_MS)
+    finally:
+        clock.close()
     try:
         yield redis_cluster
     finally:

@@ -28,6 +28,7 @@ from django_rl import get_policy
 from django_rl.backends import get_backend
 from django_rl.inspection import Query, list_counters
 from tests import figures
+from tests.conftest import start_of_fresh_window
 from tests.resharding import (
     Rounds,
     SlotMove,
@@ -43,7 +44,9 @@ pytestmark = [pytest.mark.topologies, pytest.mark.slow]
 
 LIMIT = 20
 POLICIES = {
-    "fw": {"algorithm": "fixed_window", "rate": f"{LIMIT}/h", "key": "ip"},
+    # A day's window, entered with WINDOW_MARGIN_MS left (moving_slot): a
+    # window that ended mid-test would let a round admit twice its limit.
+    "fw": {"algorithm": "fixed_window", "rate": f"{LIMIT}/d", "key": "ip"},
     "sl": {"algorithm": "sliding_log", "rate": f"{LIMIT}/h", "key": "ip"},
     # Fails closed: a hit it cannot count is refused (an under-admission).
     "tb": {
@@ -58,6 +61,9 @@ THREADS = 8
 #: Hits of each policy per thread per round: 40 a round, twice the limit.
 ATTEMPTS = 5
 FILLER_KEYS = 30_000
+DAY_MS = 86_400_000
+#: Left in the fixed window when a test starts: more than a test takes.
+WINDOW_MARGIN_MS = 300_000
 SECTION = (
     f"resharding under traffic ({THREADS} threads, a slot of {FILLER_KEYS:,} keys, limit {LIMIT})"
 )
@@ -71,6 +77,11 @@ def moving_slot(settings, redis_cluster, caplog):
     settings.CACHES = redis_cluster.caches()
     settings.DJANGO_RL = {"KEY_PREFIX": "m", "DENY_CACHE_SIZE": 0, "POLICIES": POLICIES}
     slot, source, target = first_slot(redis_cluster)
+    clock = redis_cluster.primary_servers()[0].client()
+    try:
+        start_of_fresh_window(clock, DAY_MS, min_left_ms=WINDOW_MARGIN_MS)
+    finally:
+        clock.close()
     try:
         yield slot, source, target
     finally:
