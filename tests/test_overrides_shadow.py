@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from django_rl import get_policy
+from django_rl import get_policy, hit_many
 from django_rl.models import Override
 from django_rl.overrides import LOADER
 from tests.conftest import start_of_fresh_window
@@ -81,3 +81,27 @@ def test_a_block_of_an_address_is_enforced_on_the_drf_drop_in_under_shadow(setti
     )
     assert throttle.allow_request(request, None) is False
     assert (throttle.decision.shadow, throttle.decision.denies) == (False, True)
+
+
+def test_a_block_of_a_shadow_policy_stops_the_requests_other_policies_counting(settings):
+    # All or nothing: the block denies the request, so no other policy counts it.
+    settings.DJANGO_RL = {
+        "POLICIES": {
+            "per_minute": {**PER_MINUTE, "mode": "shadow"},
+            "enforced": {"algorithm": "sliding_log", "rate": "5/h", "key": "ip"},
+        }
+    }
+    block("ip:10.0.0.1")
+    blocked, other = hit_many([("per_minute", "ip:10.0.0.1", 1), ("enforced", "ip:10.0.0.1", 1)])
+    assert (blocked.denies, other.allowed, other.remaining) == (True, True, 5)
+    assert get_policy("enforced").peek("ip:10.0.0.1").remaining == 5
+    # A shadow policy's own denial vetoes nothing: the enforced one counts.
+    settings.DJANGO_RL = {
+        **settings.DJANGO_RL,
+        "POLICIES": {
+            **settings.DJANGO_RL["POLICIES"],
+            "per_minute": {**PER_MINUTE, "rate": "0/h", "mode": "shadow"},
+        },
+    }
+    shadow, counted = hit_many([("per_minute", "ip:10.0.0.2", 1), ("enforced", "ip:10.0.0.2", 1)])
+    assert (shadow.allowed, shadow.shadow, counted.remaining) == (False, True, 4)

@@ -389,13 +389,23 @@ class Policy:
         if variant is None:
             return self._unlimited()
         if isinstance(variant.algorithm, StaticAlgorithm):
-            return self._static(variant, cost)
+            return self._without_redis(self._static(variant, cost))
         if type(cost) is not int or not 1 <= cost <= variant.limit:  # (the usual case, inline)
             self._check_cost(variant, cost)
         pending = self._pending(variant, identity, cost)
-        if defer or type(pending) is not Pending:
-            return pending  # (not deferred: the deny cache's answer)
-        return self.ask(pending)
+        if type(pending) is Pending:
+            return pending if defer else self.ask(pending)
+        return self._without_redis(pending)  # type: ignore[arg-type]  # the deny cache's
+
+    def _without_redis(self, decision: Decision) -> Decision:
+        """Return a Decision made without Redis (a static rate's, the deny cache's, a cost
+        above the limit), marked shadow for a policy in shadow mode.
+
+        Marked now, so that ``together.decide`` lets only enforced denials keep
+        a request's other policies from counting it; an operator's block is
+        never marked (it is enforced in every mode, and vetoes).
+        """
+        return replace(decision, shadow=True) if self.shadow else decision
 
     def ask(self, pending: Pending) -> Decision:
         """Count ``pending`` in Redis and decide in one round trip (degraded if Redis cannot)."""
@@ -697,14 +707,14 @@ class Policy:
         if type(cost) is int and cost > variant.limit:
             # Static rates have limit 0: checked here, off the usual path.
             if isinstance(variant.algorithm, StaticAlgorithm):
-                return self._static(variant, cost)
-            return self._too_heavy(variant, cost)
+                return self._without_redis(self._static(variant, cost))
+            return self._without_redis(self._too_heavy(variant, cost))
         if type(cost) is not int or cost < 1:  # (the usual case, inline)
             self._check_cost(variant, cost)
         pending = self._pending(variant, identity, cost)
-        if defer or type(pending) is not Pending:
-            return pending  # (not deferred: the deny cache's answer)
-        return self.ask(pending)
+        if type(pending) is Pending:
+            return pending if defer else self.ask(pending)
+        return self._without_redis(pending)  # type: ignore[arg-type]  # the deny cache's
 
     def _check_cost(self, variant: Variant, cost: int) -> None:
         if type(cost) is int and 1 <= cost <= variant.limit:

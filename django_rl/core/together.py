@@ -82,10 +82,11 @@ def decide(made: Sequence[tuple[Policy, Pending | Decision]]) -> list[Decision]:
     """
     pending: list[Pending] = []
     vetoed = False
-    for policy, m in made:  # (one pass: this runs on every request of several policies)
+    for _, m in made:  # (one pass: this runs on every request of several policies)
         if type(m) is Pending:
             pending.append(m)
-        elif not m.allowed and not policy.shadow:  # type: ignore[union-attr]  # a Decision
+        # (m.shadow, not policy.shadow: a shadow policy's block is enforced, and vetoes.)
+        elif not m.allowed and not m.shadow:  # type: ignore[union-attr]  # a Decision
             vetoed = True
     if not pending:
         return [m for _, m in made]  # type: ignore[misc]  # no Pending: all Decisions
