@@ -110,7 +110,7 @@ def test_the_test_settings_are_clean(settings):
                 "DJANGO_RL['POLICIES']['p']: key 'tests.nowhere.func' could not be imported: "
                 "No module named 'tests.nowhere'",
                 hint="Use 'ip', 'user', 'user_or_ip', 'anon', 'header:<Name>', 'get:<name>', "
-                "'post:<name>' or the dotted path of a callable(request) -> str | None.",
+                "'post:<name>', a callable(request) -> str | None, or the dotted path of one.",
                 id="django_rl.E011",
             ),
         ),

@@ -325,3 +325,11 @@ def test_an_inline_policy_takes_every_rate_form():
     assert (denied.status_code, denied["Retry-After"]) == (429, "60")
     with pytest.raises(ConfigurationError, match=r"ratelimit\(rate='5/M'\): .* lower case"):
         ratelimit(rate="5/M", key="ip")(view)
+
+
+def test_a_bad_inline_key_names_every_key_a_policy_may_have():
+    with pytest.raises(ConfigurationError) as raised:
+        ratelimit(rate="5/m", key="nowhere")
+    assert raised.value.check_id == "django_rl.E011"
+    for key in ("'anon'", "'get:<name>'", "'post:<name>'", "'header:<Name>'", "callable"):
+        assert key in raised.value.hint

@@ -18,7 +18,7 @@ from django_rl.algorithms import ALGORITHMS, ALL_PARAMETERS, ParameterError
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.conf import DEFAULTS, HEADER_MODES
 from django_rl.core.fallback import ZERO_FALLBACK
-from django_rl.core.identities import META_KEY, IdentitySpecError, resolve_identity
+from django_rl.core.identities import KEY_HINT, META_KEY, IdentitySpecError, resolve_identity
 from django_rl.core.keys import INLINE_NAME, SAFE_NAME
 from django_rl.core.plans import SAMPLE_RATE, RateSpecError, is_rate_function, resolve_rate_function
 from django_rl.core.rates import Rate, RateError, parse_rate
@@ -350,8 +350,7 @@ def policy_problems(
             Problem(
                 "django_rl.E011",
                 f"{where}: {exc}",
-                "Use 'ip', 'user', 'user_or_ip', 'anon', 'header:<Name>', 'get:<name>', "
-                "'post:<name>' or the dotted path of a callable(request) -> str | None.",
+                KEY_HINT,
             )
         )
     rate = spec.get("rate")

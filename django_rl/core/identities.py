@@ -70,6 +70,13 @@ class IdentitySpecError(ValueError):
     """A policy's ``key`` names no identity function; the message says why."""
 
 
+#: What a policy's ``key`` may be: the hint of ``django_rl.E011``, wherever it is raised.
+KEY_HINT = (
+    "Use 'ip', 'user', 'user_or_ip', 'anon', 'header:<Name>', 'get:<name>', "
+    "'post:<name>', a callable(request) -> str | None, or the dotted path of one."
+)
+
+
 def _normalize_address(text: str, ipv4_prefix: int = 32, ipv6_prefix: int = 64) -> str | None:
     """Return the address in one ``X-Forwarded-For`` entry (or ``REMOTE_ADDR``), or ``None``.
 

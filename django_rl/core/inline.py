@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django_rl.algorithms import ALGORITHMS
-from django_rl.core.identities import IdentitySpecError, resolve_identity
+from django_rl.core.identities import KEY_HINT, IdentitySpecError, resolve_identity
 from django_rl.core.plans import function_label, is_rate_function
 from django_rl.core.rates import RateError, parse_rate
 from django_rl.core.urlconf import PerURLconf
@@ -149,7 +149,7 @@ def judge(*, rate: object, key: object, algorithm: object, group: object) -> Non
         raise ConfigurationError(
             f"ratelimit(key={key!r}): {exc}",
             check_id="django_rl.E011",
-            hint="Use 'ip', 'user', 'user_or_ip', 'header:<Name>', a dotted path or a callable.",
+            hint=KEY_HINT,
         ) from exc
 
 
