@@ -63,6 +63,22 @@ def test_wheel_and_sdist_hold_every_package_file(dist):
     assert {"README.md", "tests/conftest.py", "example_project/settings.py"} <= in_sdist
 
 
+def test_the_metadata_names_the_projects_urls(dist):
+    # A pip user has no docs/ folder: hints name URLs under the project's home.
+    from email.parser import Parser
+
+    from django_rl.docs_urls import HOME
+
+    (wheel,) = dist.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = Parser().parsestr(archive.read(name).decode())
+    urls = dict(value.split(", ", 1) for value in metadata.get_all("Project-URL"))
+    assert {"Documentation", "Source", "Issues"} <= set(urls)
+    assert all(url.startswith(HOME) for url in urls.values())
+    assert metadata["Home-page"] == HOME
+
+
 def test_twine_check_passes(dist):
     result = subprocess.run(
         [sys.executable, "-m", "twine", "check", "--strict", *map(str, dist.iterdir())],
