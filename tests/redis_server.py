@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -89,6 +90,31 @@ def _port_range() -> range | None:
         return None
     low, _, high = text.partition("-")
     return range(int(low), int(high or low) + 1)
+
+
+def forget_pools_of(port: int) -> None:
+    """Drop django-redis' pools of URLs naming ``port`` on this host.
+
+    django-redis keeps one pool per URL for the process's life, whatever the
+    other options (``CONNECTION_POOL_KWARGS``) of the cache that made it. A
+    new server on a port an earlier one of the suite used (ports are reused)
+    must not inherit that pool: its options (e.g. another ``protocol``) and
+    its dead connections. A server restarted on its own port keeps them, as
+    a deployment's would.
+    """
+    try:
+        from django_redis.pool import ConnectionFactory
+    except ImportError:
+        return
+    pools = ConnectionFactory._pools
+    for url in list(pools):
+        try:
+            parsed = urlsplit(url)
+            named = parsed.hostname == "127.0.0.1" and parsed.port == port
+        except ValueError:  # not a URL with a port (a socket's path)
+            continue
+        if named:
+            pools.pop(url).disconnect()
 
 
 def free_port() -> int:
@@ -178,6 +204,8 @@ class RedisServer:
             self._spawn(port or free_port(), extra_args)
             if self._wait_ready():
                 self._add_user()
+                if port is None:
+                    forget_pools_of(self.port)
                 return
             self.stop()  # the port was taken in between: try another
             if port:
