@@ -10,9 +10,11 @@ import asyncio
 from typing import Any
 
 
-async def asgi_get(app: Any, path: str, client_ip: str = "127.0.0.1") -> tuple[int, bytes]:
-    """Send one GET through ``app``; return the status and the body."""
-    scope = {
+def get_scope(
+    path: str, client_ip: str = "127.0.0.1", headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> dict[str, Any]:
+    """Return the ASGI scope of a GET of ``path`` from ``client_ip``, with ``headers`` added."""
+    return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -22,10 +24,15 @@ async def asgi_get(app: Any, path: str, client_ip: str = "127.0.0.1") -> tuple[i
         "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"host", b"testserver")],
+        "headers": [(b"host", b"testserver"), *headers],
         "client": (client_ip, 50000),
         "server": ("testserver", 80),
     }
+
+
+async def asgi_get(app: Any, path: str, client_ip: str = "127.0.0.1") -> tuple[int, bytes]:
+    """Send one GET through ``app``; return the status and the body."""
+    scope = get_scope(path, client_ip)
     pending = [{"type": "http.request", "body": b"", "more_body": False}]
     finished = asyncio.Event()
     sent: list[dict[str, Any]] = []

@@ -30,6 +30,7 @@ from django.test import AsyncRequestFactory, RequestFactory
 
 from django_rl import get_policy
 from tests import urls_concurrency
+from tests.asgi import get_scope
 from tests.urls_concurrency import IDENTITY
 
 LIMIT = 3
@@ -237,20 +238,7 @@ async def asgi_get(
     With ``disconnect_when``, the client disconnects once that is set (the
     proxy in front timed out, say); else once the response is sent.
     """
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"testserver"), *headers],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
+    scope = get_scope(path, headers=tuple(headers))
     messages = [{"type": "http.request", "body": b"", "more_body": False}]
     sent: list[dict[str, Any]] = []
     answered = asyncio.Event()
