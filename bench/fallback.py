@@ -46,7 +46,7 @@ def fallback(rounds: int, batch: int) -> dict[str, Any]:
     from bench.limiters import policy_name
     from django_rl import get_policy
     from django_rl.conf import get_settings
-    from django_rl.core.policies import build_policy
+    from django_rl.policies.registry import build_policy
 
     plain = get_policy(policy_name("fixed_window", LIMIT))
     spec = {"algorithm": "fixed_window", "rate": f"{LIMIT}/h", "key": "ip"}

@@ -8,8 +8,8 @@ front doors live in :mod:`django_rl.decorators` and :mod:`django_rl.throttling`.
 from __future__ import annotations
 
 from django_rl.core.decision import Decision
-from django_rl.core.engine import hit_many
-from django_rl.core.policies import Policy, get_policy, register_policy
+from django_rl.policies.engine import hit_many
+from django_rl.policies.registry import Policy, get_policy, register_policy
 
 __version__ = "0.1.0"
 

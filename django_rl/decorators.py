@@ -36,10 +36,6 @@ from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse
 
 from django_rl import leases
-from django_rl.core import engine, inline
-from django_rl.core.engine import Limit
-from django_rl.core.plans import is_rate_function
-from django_rl.core.policies import get_policy
 from django_rl.core.rates import parse_rate
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import RateLimited
@@ -47,6 +43,10 @@ from django_rl.http import slots
 from django_rl.http.headers import recorded, write_headers
 from django_rl.http.responses import too_many_requests
 from django_rl.leases import Lease
+from django_rl.policies import engine, inline
+from django_rl.policies.engine import Limit
+from django_rl.policies.plans import is_rate_function
+from django_rl.policies.registry import get_policy
 
 V = TypeVar("V", bound=Callable[..., Any])
 

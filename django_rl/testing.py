@@ -21,9 +21,9 @@ from typing import Any
 
 from django_rl.backends import get_backend
 from django_rl.conf import get_settings
-from django_rl.core import reset_epoch
-from django_rl.core.deny_cache import get_deny_cache
-from django_rl.core.fallback import get_fallback_store
+from django_rl.policies import reset_epoch
+from django_rl.policies.deny_cache import get_deny_cache
+from django_rl.policies.fallback import get_fallback_store
 
 #: Keys deleted per round trip.
 BATCH = 1_000

@@ -25,20 +25,20 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from django_rl import leases
 from django_rl.conf import get_settings
-from django_rl.core import engine
 from django_rl.core.decision import Decision
-from django_rl.core.policies import get_policy
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError, RateLimited
 from django_rl.http import slots
 from django_rl.http.headers import record_missing, write_headers
 from django_rl.leases import Lease
+from django_rl.policies import engine
+from django_rl.policies.registry import get_policy
 
 
 class PolicyThrottle(BaseThrottle):
     """Throttle a DRF view by the policies its ``throttle_scope`` and ``throttle_policies`` name.
 
-    The policies decide together, all or nothing (``core/together.py``): a
+    The policies decide together, all or nothing (``policies/together.py``): a
     request one denies is counted by none. DRF makes
     a new throttle per request and calls :meth:`wait` on one that denied, so
     the Decisions are kept here for it, and nothing else.

@@ -11,10 +11,10 @@ import pytest
 import redis
 from django.test import override_settings
 
-from django_rl.core.deny_cache import get_deny_cache
-from django_rl.core.fallback import get_fallback_store
 from django_rl.observability.history import RECORDER
 from django_rl.overrides import LOADER
+from django_rl.policies.deny_cache import get_deny_cache
+from django_rl.policies.fallback import get_fallback_store
 from tests import figures, servers
 from tests.redis_server import RedisServer, caches_for
 from tests.topologies import ClusterTopology, SentinelTopology, SingleTopology, Topology

@@ -483,7 +483,7 @@ def _local(timestamp: float, fmt: str) -> str:
 
 
 def test_the_page_says_when_and_since_when_this_process_decides_locally(admin_client, settings):
-    from django_rl.core.fallback import get_fallback_store
+    from django_rl.policies.fallback import get_fallback_store
 
     settings.DJANGO_RL = {
         "KEY_PREFIX": "t",

@@ -19,7 +19,7 @@ import redis
 
 from django_rl import get_policy
 from django_rl.backends.clock import ServerClock
-from django_rl.core.policies import Policy
+from django_rl.policies.registry import Policy
 from tests.conftest import point_caches_at, server_ms, sleep_until
 from tests.fake_clock import ServerUnderFakeClock
 

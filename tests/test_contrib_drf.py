@@ -34,7 +34,7 @@ from django_rl.contrib.drf import (
     ThrottleRateError,
     UserRateThrottle,
 )
-from django_rl.core.policies import policies_named, policy_names
+from django_rl.policies.registry import policies_named, policy_names
 from tests import views_contrib_drf as views
 from tests.conftest import server_ms, sleep_until
 from tests.test_fallback import dead_redis  # noqa: F401 (a fixture)

@@ -699,7 +699,7 @@ def test_a_decision_is_one_transaction(redis_client):
 
 
 def test_the_state_has_a_ttl_and_its_policys_keys(redis_client):
-    from django_rl.core.inline import policy_name
+    from django_rl.policies.inline import policy_name
 
     is_ratelimited(rf.get("/"), group="keys", key="ip", rate="5/m", increment=True)
     keys = [k.decode() for k in redis_client.keys("rl:@keys:*")]
@@ -958,9 +958,9 @@ def test_ip_meta_key(settings, meta_key):
 
 
 def test_the_live_counters_list_and_reset_the_state(settings):
-    from django_rl.core.inline import policy_name
-    from django_rl.core.policies import policies_named, policy_names
     from django_rl.inspection.listing import Query, list_counters
+    from django_rl.policies.inline import policy_name
+    from django_rl.policies.registry import policies_named, policy_names
 
     settings.ROOT_URLCONF = "tests.urls_contrib_ratelimit"
     for _ in range(3):
@@ -984,8 +984,8 @@ def test_the_live_counters_list_and_reset_the_state(settings):
 
 def test_another_process_finds_the_rates_in_the_catalogue(settings):
     """A process that never decided (the admin's) reads the rate the deciding one recorded."""
-    from django_rl.core.inline import policy_name
     from django_rl.inspection.listing import Query, list_counters
+    from django_rl.policies.inline import policy_name
 
     settings.ROOT_URLCONF = "tests.urls_contrib_ratelimit"
     get_usage(rf.get("/"), group="tests.views_contrib_ratelimit.blocked", key="ip", rate="7/h")
@@ -1022,7 +1022,7 @@ def test_values_clients_send_are_hashed_in_keys(settings, redis_client, setting,
 def test_manage_py_ratelimit_lists_inspects_and_resets_the_state(settings):
     from django.core.management import call_command
 
-    from django_rl.core.inline import policy_name
+    from django_rl.policies.inline import policy_name
 
     settings.ROOT_URLCONF = "tests.urls_contrib_ratelimit"
     for _ in range(3):
@@ -1061,9 +1061,9 @@ def test_overrides_set_in_the_admin_apply(target, action, rate, expected):
 
     from django.utils import timezone
 
-    from django_rl.core.inline import policy_name
     from django_rl.models import Override
     from django_rl.overrides import LOADER, normalize_target
+    from django_rl.policies.inline import policy_name
 
     Override.objects.create(
         policy=policy_name("overridden"),

@@ -27,7 +27,7 @@ from django_rl.contrib.ratelimit import conf, store
 from django_rl.contrib.ratelimit.core import get_usage, group_of, is_ratelimited
 from django_rl.contrib.ratelimit.decorators import ratelimit
 from django_rl.contrib.ratelimit.exceptions import Ratelimited
-from django_rl.core.inline import policy_name
+from django_rl.policies.inline import policy_name
 from tests.conftest import start_of_fresh_window
 
 rf = RequestFactory()

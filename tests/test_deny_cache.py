@@ -10,8 +10,8 @@ from django.test import override_settings
 
 from django_rl import Decision, get_policy
 from django_rl.checks.system import check_settings
-from django_rl.core import reset_epoch
-from django_rl.core.deny_cache import DenyCache, get_deny_cache
+from django_rl.policies import reset_epoch
+from django_rl.policies.deny_cache import DenyCache, get_deny_cache
 from tests.conftest import server_ms, sleep_until
 from tests.redis_server import caches_for, free_port
 

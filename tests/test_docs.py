@@ -40,7 +40,7 @@ def settings_problems(namespace: dict[str, object]) -> list[str]:
 @pytest.fixture
 def _policies_registered_in_code_are_forgotten():
     """A doc's ``register_policy`` calls last for its test only."""
-    from django_rl.core.policies import registered_policies, unregister_policy
+    from django_rl.policies.registry import registered_policies, unregister_policy
 
     before = set(registered_policies())
     yield

@@ -30,8 +30,8 @@ from django.test import Client, RequestFactory
 from django_rl import get_policy
 from django_rl.backends import get_backend
 from django_rl.checks.system import check_settings
-from django_rl.core.fallback import LocalFallback, get_fallback_store, now_ms
 from django_rl.decorators import ratelimit
+from django_rl.policies.fallback import LocalFallback, get_fallback_store, now_ms
 from tests import figures
 from tests.conftest import point_caches_at
 from tests.redis_server import caches_for, free_port

@@ -381,7 +381,7 @@ def test_field_names(spec):
 def test_policies_of_one_key_share_its_function_so_a_request_is_identified_once(settings):
     """engine.py identifies a request once per identity function among its policies."""
     from django_rl import get_policy
-    from django_rl.core import engine
+    from django_rl.policies import engine
 
     settings.DJANGO_RL = {
         "POLICIES": {

@@ -22,9 +22,9 @@ from django.http import HttpResponse
 from django.test import AsyncClient, Client, RequestFactory
 
 from django_rl import get_policy
-from django_rl.core.inline import policy_name
 from django_rl.decorators import ratelimit
 from django_rl.exceptions import ConfigurationError
+from django_rl.policies.inline import policy_name
 from tests.conftest import start_of_fresh_window
 from tests.sf_headers import policies
 from tests.sf_headers import ratelimit as ratelimit_header

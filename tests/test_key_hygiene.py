@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from django_rl import get_policy, leases
-from django_rl.core import reset_epoch
 from django_rl.core.decision import Decision
+from django_rl.policies import reset_epoch
 from tests.conftest import server_ms, sleep_until
 from tests.properties import STATEFUL
 

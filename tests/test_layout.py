@@ -32,7 +32,7 @@ def test_conf_never_imports_validation_headers_or_policies():
     for below in (
         "django_rl.checks.validation",
         "django_rl.http.headers",
-        "django_rl.core.policies",
+        "django_rl.policies.registry",
     ):
         assert not any(name == below or name.startswith(below + ".") for name in found)
 

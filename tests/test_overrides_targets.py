@@ -132,7 +132,7 @@ def test_an_address_blocks_the_django_ratelimit_drop_ins_masked_requests(setting
     from django.test import RequestFactory
 
     from django_rl.contrib.ratelimit.core import get_usage
-    from django_rl.core.inline import policy_name
+    from django_rl.policies.inline import policy_name
 
     settings.RATELIMIT_IPV4_MASK = 24
     settings.DJANGO_RL = {}

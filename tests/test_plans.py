@@ -19,9 +19,9 @@ from django.test import Client, RequestFactory
 
 from django_rl import get_policy, register_policy
 from django_rl.checks.system import check_settings
-from django_rl.core.plans import CATALOGUE_TTL_MS
-from django_rl.core.policies import policy_names, unregister_policy
 from django_rl.exceptions import ConfigurationError
+from django_rl.policies.plans import CATALOGUE_TTL_MS
+from django_rl.policies.registry import policy_names, unregister_policy
 from tests import plans
 from tests.conftest import start_of_fresh_window
 from tests.sf_headers import policies, ratelimit
@@ -181,7 +181,7 @@ def test_reset_clears_every_rate_even_where_no_rate_was_seen(settings, alice, re
 
 
 def test_a_cost_above_the_limit_of_a_rate_is_a_429_not_a_500(redis_client, caplog):
-    from django_rl.core.policy import _log_too_heavy
+    from django_rl.policies.policy import _log_too_heavy
 
     _log_too_heavy.cache_clear()  # it logs once per process
     with caplog.at_level(logging.ERROR, logger="django_rl"):

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from django_rl import get_policy
-from django_rl.core import reset_epoch
+from django_rl.policies import reset_epoch
 from tests import figures
 from tests.reset_workers import flood_until_allowed
 

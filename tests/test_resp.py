@@ -82,7 +82,7 @@ def test_several_policies_script_is_encoded_as_redis_py_encodes_it(hits, time_ar
     """``together._encoded``, its per-policy parts kept (asked twice), is redis-py's EVALSHA."""
     from types import SimpleNamespace
 
-    from django_rl.core import together
+    from django_rl.policies import together
 
     group = [
         SimpleNamespace(

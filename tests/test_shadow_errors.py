@@ -21,8 +21,8 @@ from rest_framework.test import APIRequestFactory
 from rest_framework.views import APIView
 
 from django_rl import get_policy
-from django_rl.core.shadow import SHADOW_ERRORS
 from django_rl.decorators import ratelimit
+from django_rl.policies.shadow import SHADOW_ERRORS
 from django_rl.throttling import PolicyThrottle
 from tests.conftest import start_of_fresh_window
 

@@ -6,7 +6,7 @@ import pytest
 from rest_framework.test import APIRequestFactory
 
 from django_rl import get_policy
-from django_rl.core import reset_epoch
+from django_rl.policies import reset_epoch
 from django_rl.testing import rate_limits_reset, reset_rate_limits  # noqa: F401 (a fixture)
 from tests import views_contrib_drf as views
 

@@ -11,9 +11,9 @@ import pytest
 from django.test import Client
 
 from django_rl import get_policy, hit_many
-from django_rl.core import together
 from django_rl.core.decision import Decision
 from django_rl.exceptions import ConfigurationError
+from django_rl.policies import together
 
 POLICIES = {
     "burst": {"algorithm": "token_bucket", "capacity": 2, "rate": "1/h", "key": "ip"},
@@ -216,7 +216,7 @@ def test_several_limits_of_one_request_are_decided_together(limits):
     """engine.decide: the limits of several @ratelimit uses (as noted on a DRF view)."""
     from django.test import RequestFactory
 
-    from django_rl.core.engine import Limit, decide
+    from django_rl.policies.engine import Limit, decide
 
     factory = RequestFactory(REMOTE_ADDR="198.51.100.4")
     uses = [Limit(("burst",), block=False), Limit(("daily",), cost=3)]

@@ -56,8 +56,8 @@ def policy_and_hit(name: str) -> tuple[Any, Any]:
 
     from django.test import RequestFactory
 
-    from django_rl.core.inline import InlineSpec
-    from django_rl.core.policies import get_policy, inline_policy
+    from django_rl.policies.inline import InlineSpec
+    from django_rl.policies.registry import get_policy, inline_policy
 
     if TOGETHER in name:
         return together_and_hit(name)
@@ -86,7 +86,7 @@ def together_and_hit(name: str) -> tuple[Any, Any]:
     from types import SimpleNamespace
 
     from django_rl import hit_many
-    from django_rl.core.policies import get_policy
+    from django_rl.policies.registry import get_policy
 
     across = name.startswith(ACROSS)
     policies = [get_policy(part) for part in name.removeprefix(ACROSS).split(TOGETHER)]

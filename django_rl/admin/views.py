@@ -27,8 +27,6 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from django_rl.admin.forms import QueryForm, ResetForm
-from django_rl.core.fallback import Episode, get_fallback_store
-from django_rl.core.policies import policies_named, policy_names
 from django_rl.core.reprs import counted
 from django_rl.exceptions import BackendError, ConfigurationError, UnknownPolicy
 from django_rl.inspection import (
@@ -40,6 +38,8 @@ from django_rl.inspection import (
     reset_everywhere,
 )
 from django_rl.observability.history import read as read_history
+from django_rl.policies.fallback import Episode, get_fallback_store
+from django_rl.policies.registry import policies_named, policy_names
 
 if TYPE_CHECKING:
     from django_rl.admin import LiveCounterAdmin

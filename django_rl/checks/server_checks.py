@@ -53,10 +53,10 @@ from django_rl.backends.errors import REPLIES, reply_kind
 from django_rl.backends.node import RedisNode
 from django_rl.checks.validation import policy_problems, settings_problems
 from django_rl.conf import DEFAULTS, raw_settings
-from django_rl.core.plans import is_rate_function
 from django_rl.core.rates import parse_rate
 from django_rl.docs_urls import doc_url
 from django_rl.exceptions import ConfigurationError
+from django_rl.policies.plans import is_rate_function
 
 #: The longest ``manage.py check`` waits for the server checks, in seconds.
 CHECK_TIMEOUT = 10.0
@@ -167,7 +167,7 @@ def _check_node(
             )
         )
     messages += _eviction_messages(where, scratch)
-    from django_rl.core.policies import get_policy
+    from django_rl.policies.registry import get_policy
 
     for algorithm, name in trials.items():
         policy = get_policy(name)

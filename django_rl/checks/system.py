@@ -76,11 +76,11 @@ from django_rl.contrib import (
     drf_checks,  # noqa: F401  (registers the DRF drop-in's check)
     ratelimit_checks,  # noqa: F401  (the django-ratelimit drop-in's)
 )
-from django_rl.core.inline import url_specs
-from django_rl.core.plans import is_rate_function
-from django_rl.core.policies import registered_policies
 from django_rl.core.reprs import short_repr
 from django_rl.core.urlconf import url_patterns
+from django_rl.policies.inline import url_specs
+from django_rl.policies.plans import is_rate_function
+from django_rl.policies.registry import registered_policies
 
 
 @register(SETTINGS_TAG)

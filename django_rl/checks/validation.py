@@ -17,14 +17,19 @@ from django.utils.module_loading import import_string
 from django_rl.algorithms import ALGORITHMS, ALL_PARAMETERS, ParameterError
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.conf import DEFAULTS, HEADER_MODES
-from django_rl.core.fallback import ZERO_FALLBACK
 from django_rl.core.identities import KEY_HINT, META_KEY, IdentitySpecError, resolve_identity
 from django_rl.core.keys import INLINE_NAME, SAFE_NAME
-from django_rl.core.plans import SAMPLE_RATE, RateSpecError, is_rate_function, resolve_rate_function
 from django_rl.core.rates import Rate, RateError, parse_rate
 from django_rl.core.reprs import plural, short_repr
 from django_rl.docs_urls import doc_url
 from django_rl.exceptions import ConfigurationError
+from django_rl.policies.fallback import ZERO_FALLBACK
+from django_rl.policies.plans import (
+    SAMPLE_RATE,
+    RateSpecError,
+    is_rate_function,
+    resolve_rate_function,
+)
 
 #: Policy keys every algorithm accepts.
 COMMON_KEYS = frozenset({"algorithm", "key", "fail_open", "fallback_rate", "mode"})

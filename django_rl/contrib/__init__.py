@@ -19,7 +19,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from django_rl.core.policy import Policy
+    from django_rl.policies.policy import Policy
 
 #: Drop-in name -> the module whose ``known_policies()`` lists its policies.
 DROPINS: dict[str, str] = {

@@ -40,13 +40,13 @@ from django_rl.contrib.drf_cache import ThrottleLogs, ThrottleLogsDescriptor, ch
 from django_rl.contrib.drf_policies import built_policy, policy_for
 from django_rl.core import installed
 from django_rl.core.decision import Decision
-from django_rl.core.engine import settle
 from django_rl.core.identities import _normalize_address
 from django_rl.core.rates import RateError
 from django_rl.core.rates import parse_rate as parse_rate_text
 from django_rl.http.headers import write_headers
 from django_rl.observability.denials import report_denial
 from django_rl.overrides.loader import LOADER, rules_for
+from django_rl.policies.engine import settle
 
 __all__ = [
     "AnonRateThrottle",

@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.backends.given_time import decisions_at
 from django_rl.contrib.drf_policies import policy_for
-from django_rl.core.policy import Policy
+from django_rl.policies.policy import Policy
 
 
 class Throttle(Protocol):

@@ -2,7 +2,7 @@
 
 A DRF throttle names its limit by a scope (``"anon"``, ``"user"``, a view's
 ``throttle_scope``) and a rate. Each (scope, rate) is one django_rl
-:class:`~django_rl.core.policy.Policy`, built once per process and kept until the
+:class:`~django_rl.policies.policy.Policy`, built once per process and kept until the
 settings change, so a decision costs a dict lookup here, never a build.
 
 **Names.** ``drf.<scope>`` (``drf.anon``), or ``drf.~``-less
@@ -35,10 +35,10 @@ from django.dispatch import receiver
 
 from django_rl.conf import get_settings
 from django_rl.core.keys import SAFE_NAME
-from django_rl.core.policies import build_policy
-from django_rl.core.policy import Policy
 from django_rl.core.rates import Rate, RateError, parse_rate
 from django_rl.core.urlconf import PerURLconf
+from django_rl.policies.policy import Policy
+from django_rl.policies.registry import build_policy
 
 #: The drop-in's algorithm: DRF's throttle keeps a sliding log.
 ALGORITHM = "sliding_log"

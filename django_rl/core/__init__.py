@@ -1,6 +1,5 @@
-"""The core: policies and their registry, deciding a request (``engine``, ``together``).
+"""The values every layer shares: rates, identities, keys, the Decision, reprs, the URLconf.
 
-Also rates, identities, key names, the deny cache, the outage fallback and
-the reset token: everything a decision needs besides Redis (``backends``),
-the algorithms (``algorithms``) and HTTP (``http``).
+Policies and deciding requests are ``django_rl.policies``; Redis is
+``backends``; the algorithms ``algorithms``; HTTP ``http``.
 """

@@ -40,12 +40,12 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from django_rl import leases
-from django_rl.core import engine
 from django_rl.http.headers import recorded
+from django_rl.policies import engine
 from django_rl.throttling import hold_until_done, write_view_headers
 
 if TYPE_CHECKING:
-    from django_rl.core.engine import Limit
+    from django_rl.policies.engine import Limit
 
 #: The attribute of Django's ``HttpRequest`` that holds the limits noted for it.
 NOTED = "_django_rl_noted_limits"

@@ -321,7 +321,7 @@ def _policy_item(name: str, limit: int, window: int | None) -> str:
     if window is None:
         # Here, not at the top: the registry is above this module (it is
         # only read for Decisions made by hand, never on a decision's path).
-        from django_rl.core.policies import get_policy
+        from django_rl.policies.registry import get_policy
 
         try:
             window = quota_window(get_policy(name).algorithm)

@@ -8,7 +8,6 @@ from redis.exceptions import RedisError
 
 from django_rl.backends import get_backend
 from django_rl.conf import get_settings
-from django_rl.core.policies import Policy, policies_named, policy_names
 from django_rl.exceptions import BackendError
 from django_rl.inspection.keyspace import (
     FIRST_PAGE,
@@ -23,6 +22,7 @@ from django_rl.inspection.keyspace import (
     scan_keys,
 )
 from django_rl.inspection.rows import Row, lookup_rows, read_rows
+from django_rl.policies.registry import Policy, policies_named, policy_names
 
 #: Rows a page aims at, by default and at most.
 PAGE_SIZE = 50

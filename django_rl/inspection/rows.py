@@ -24,14 +24,14 @@ from redis.exceptions import RedisError
 
 from django_rl.algorithms import Reading
 from django_rl.core.keys import KeyIdentity, safe_identity
-from django_rl.core.policies import Policy, policies_named
+from django_rl.policies.registry import Policy, policies_named
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from django_rl.backends import Backend, RedisNode
-    from django_rl.core.plans import Variant
     from django_rl.inspection.keyspace import ParsedKey
+    from django_rl.policies.plans import Variant
 
 LIVE = "live"
 STALE = "stale"

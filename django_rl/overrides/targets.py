@@ -29,10 +29,10 @@ from django_rl.contrib.drf_policies import policy_name as drf_policy_name
 from django_rl.contrib.ratelimit.conf import ipv4_mask, ipv6_mask
 from django_rl.core.identities import UNKNOWN_IP, AddressForm, _normalize_address
 from django_rl.core.identities import address_form as key_address_form
-from django_rl.core.inline import url_specs
-from django_rl.core.policies import registered_policies
 from django_rl.core.reprs import short_repr
 from django_rl.overrides.rules import TargetError, normalize_target, split_address
+from django_rl.policies.inline import url_specs
+from django_rl.policies.registry import registered_policies
 
 #: DRF's ``SimpleRateThrottle.cache_format``, which the drop-in keeps: the
 #: identity of an address is ``throttle_<scope>_<address>``.

@@ -29,10 +29,10 @@ from django_rl.contrib.ratelimit.rates import _split_rate as _split_rate
 from django_rl.contrib.ratelimit.rates import rate_for, to_rate
 from django_rl.contrib.ratelimit.rates import rate_re as rate_re
 from django_rl.core import installed
-from django_rl.core.inline import policy_name
 from django_rl.observability.history import record_result
 from django_rl.observability.metrics import count_result
 from django_rl.overrides.rules import BLOCK, EXEMPT
+from django_rl.policies.inline import policy_name
 
 __all__ = ["get_usage", "is_ratelimited"]
 

@@ -47,13 +47,13 @@ from django_rl.backends import RedisNode, get_backend
 from django_rl.conf import get_settings
 from django_rl.contrib.ratelimit import conf, django_cache
 from django_rl.contrib.ratelimit.discovery import url_groups
-from django_rl.core.inline import policy_name
-from django_rl.core.plans import PlanRates, Variant, make_variant
-from django_rl.core.policies import Policy
 from django_rl.core.rates import MAX_COUNT, Rate, RateError, parse_rate
 from django_rl.observability.metrics import metrics
 from django_rl.overrides.loader import rules_for
 from django_rl.overrides.rules import BLOCK, EXEMPT, Rule
+from django_rl.policies.inline import policy_name
+from django_rl.policies.plans import PlanRates, Variant, make_variant
+from django_rl.policies.registry import Policy
 
 #: What joins the keys' fingerprint of the drop-in's policies, with the methods.
 TAG = "django-ratelimit"

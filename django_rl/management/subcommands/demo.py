@@ -20,9 +20,9 @@ from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.algorithms.token_bucket import TokenBucket
 from django_rl.backends import Backend, RedisNode, get_backend
 from django_rl.conf import get_settings
-from django_rl.core.policies import Policy
 from django_rl.core.rates import parse_rate
 from django_rl.core.reprs import counted
+from django_rl.policies.registry import Policy
 
 if TYPE_CHECKING:
     from redis import Redis

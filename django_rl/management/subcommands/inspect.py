@@ -8,12 +8,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
 from django_rl.core.keys import safe_identity
-from django_rl.core.policies import Policy, policies_named
 from django_rl.core.reprs import counted
 from django_rl.exceptions import BackendError
 from django_rl.inspection import operator_identity
 from django_rl.inspection.rows import format_duration, lookup_rows
 from django_rl.management.subcommands.output import table
+from django_rl.policies.registry import Policy, policies_named
 
 if TYPE_CHECKING:
     from redis.client import Pipeline

@@ -9,16 +9,16 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from django_rl.conf import get_settings
 from django_rl.contrib import dropin_policies
-from django_rl.core.inline import url_specs
-from django_rl.core.plans import function_label
-from django_rl.core.policies import (
+from django_rl.exceptions import ConfigurationError
+from django_rl.management.subcommands.output import table
+from django_rl.policies.inline import url_specs
+from django_rl.policies.plans import function_label
+from django_rl.policies.registry import (
     Policy,
     get_policy,
     inline_policy,
     registered_policies,
 )
-from django_rl.exceptions import ConfigurationError
-from django_rl.management.subcommands.output import table
 
 HELP = (
     "List the policies (of settings, of register_policy, inline ones of the URLconf's "

@@ -7,9 +7,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rl.core.keys import safe_identity
-from django_rl.core.policies import policies_named
 from django_rl.core.reprs import counted
 from django_rl.inspection import identities_everywhere, operator_identity, reset_everywhere
+from django_rl.policies.registry import policies_named
 
 HELP = "Forget an identity's state under one policy, or under every policy with --all-policies."
 

@@ -7,7 +7,6 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from django_rl.core.policies import policies_named
 from django_rl.core.reprs import counted
 from django_rl.inspection import (
     FIRST_PAGE,
@@ -19,6 +18,7 @@ from django_rl.inspection import (
     list_counters,
 )
 from django_rl.management.subcommands.output import table
+from django_rl.policies.registry import policies_named
 
 HELP = "List the identities that use most of POLICY's limit now, heaviest first."
 

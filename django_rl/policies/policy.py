@@ -20,20 +20,9 @@ from django_rl.algorithms.base import new_tuple
 from django_rl.algorithms.concurrency import Held
 from django_rl.backends import Backend, RedisNode
 from django_rl.backends.given_time import given_ms
-from django_rl.core import reset_epoch
 from django_rl.core.decision import Decision
-from django_rl.core.deny_cache import DenyCache
-from django_rl.core.fallback import LocalFallback
 from django_rl.core.identities import IdentityFunction
 from django_rl.core.keys import safe_identity, verbatim
-from django_rl.core.plans import (
-    CATALOGUE_TTL_MS,
-    PlanRates,
-    Variant,
-    catalogue_key,
-    is_rate_function,
-    make_variant,
-)
 from django_rl.core.rates import RateError
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import BackendError, ConfigurationError
@@ -48,6 +37,17 @@ from django_rl.observability.metrics import (
 )
 from django_rl.overrides.loader import LOADER, rules_for
 from django_rl.overrides.rules import BLOCK, EXEMPT, Rule
+from django_rl.policies import reset_epoch
+from django_rl.policies.deny_cache import DenyCache
+from django_rl.policies.fallback import LocalFallback
+from django_rl.policies.plans import (
+    CATALOGUE_TTL_MS,
+    PlanRates,
+    Variant,
+    catalogue_key,
+    is_rate_function,
+    make_variant,
+)
 
 #: Retry-After of a request denied because Redis is down and FAIL_OPEN is False.
 DEGRADED_RETRY_AFTER = 1.0

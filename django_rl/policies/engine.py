@@ -30,13 +30,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from django_rl.core import installed, together
+from django_rl.core import installed
 from django_rl.core.decision import Decision
-from django_rl.core.inline import InlineSpec
-from django_rl.core.policies import Policy, get_policy, inline_policy
-from django_rl.core.policy import Pending, report_requests
-from django_rl.core.shadow import SHADOW_ERRORS
 from django_rl.http.headers import REQUEST_ATTRIBUTE, record
+from django_rl.policies import together
+from django_rl.policies.inline import InlineSpec
+from django_rl.policies.policy import Pending, report_requests
+from django_rl.policies.registry import Policy, get_policy, inline_policy
+from django_rl.policies.shadow import SHADOW_ERRORS
 
 #: The attribute that says whether any policy denied the request.
 LIMITED = "limited"

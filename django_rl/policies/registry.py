@@ -21,11 +21,13 @@ from django_rl.backends import get_backend, health
 from django_rl.checks.validation import policy_problems
 from django_rl.conf import Settings, get_settings
 from django_rl.contrib import dropin_names, dropin_policies
-from django_rl.core.deny_cache import get_deny_cache
-from django_rl.core.fallback import LocalFallback, get_fallback_store
 from django_rl.core.identities import checked_identity, resolve_identity
-from django_rl.core.inline import InlineSpec, policy_name, url_specs
-from django_rl.core.plans import (
+from django_rl.core.reprs import short_repr
+from django_rl.exceptions import ConfigurationError, UnknownPolicy
+from django_rl.policies.deny_cache import get_deny_cache
+from django_rl.policies.fallback import LocalFallback, get_fallback_store
+from django_rl.policies.inline import InlineSpec, policy_name, url_specs
+from django_rl.policies.plans import (
     PlanRates,
     Variant,
     algorithm_at,
@@ -34,9 +36,7 @@ from django_rl.core.plans import (
     make_variant,
     resolve_rate_function,
 )
-from django_rl.core.policy import DEGRADED_RETRY_AFTER, Policy
-from django_rl.core.reprs import short_repr
-from django_rl.exceptions import ConfigurationError, UnknownPolicy
+from django_rl.policies.policy import DEGRADED_RETRY_AFTER, Policy
 
 
 def build_policy(

@@ -36,8 +36,8 @@ from django_rl.backends.clock import ClockError
 from django_rl.backends.connections import direct_client
 from django_rl.backends.resp import bulk
 from django_rl.backends.scripts import NOSCRIPT
-from django_rl.core.policy import Pending, Policy
 from django_rl.observability.metrics import metrics
+from django_rl.policies.policy import Pending, Policy
 
 if TYPE_CHECKING:
     from django_rl.backends import RedisNode

@@ -49,8 +49,8 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_rl.conf import get_settings
-from django_rl.core import reset_epoch
 from django_rl.core.decision import Decision
+from django_rl.policies import reset_epoch
 
 #: How far apart the rates of this host's monotonic clock and the Redis
 #: server's clock may be, as a fraction (twice NTP's largest slew).

@@ -24,10 +24,10 @@ from typing import Any
 
 from django_rl.algorithms import ALGORITHMS
 from django_rl.core.identities import KEY_HINT, IdentitySpecError, resolve_identity
-from django_rl.core.plans import function_label, is_rate_function
 from django_rl.core.rates import RateError, parse_rate
 from django_rl.core.urlconf import PerURLconf
 from django_rl.exceptions import ConfigurationError
+from django_rl.policies.plans import function_label, is_rate_function
 
 #: The algorithm of an inline policy that names none.
 DEFAULT_ALGORITHM = "fixed_window"
