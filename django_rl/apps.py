@@ -11,12 +11,15 @@ class DjangoRlConfig(AppConfig):
 
     def ready(self) -> None:
         # Importing the module registers the system checks.
+        from django_rl.backends import health
         from django_rl.checks import system as checks  # noqa: F401
         from django_rl.checks.validation import settings_problems
         from django_rl.conf import use_validator
         from django_rl.core import installed
+        from django_rl.http.headers import use_policy_windows
         from django_rl.overrides.loader import use_address_forms
         from django_rl.overrides.targets import address_form
+        from django_rl.policies.registry import fallback_policy_names, policy_window
 
         # The front doors need not look for the app in INSTALLED_APPS: here it is.
         installed.ready()
@@ -26,3 +29,9 @@ class DjangoRlConfig(AppConfig):
         # Overrides compare addresses as each policy writes them (the
         # registry's knowledge, which imports the loader: handed to it here).
         use_address_forms(address_form)
+        # Hooks into lower layers, wired here and only here, because what they
+        # need lives above them: the outage log line names the policies with a
+        # fallback_rate (the registry's, above backends/), and a Decision made
+        # by hand gets its named policy's window in its headers (above http/).
+        health.fallback_policies = fallback_policy_names
+        use_policy_windows(policy_window)

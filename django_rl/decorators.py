@@ -37,16 +37,16 @@ from django.http import HttpRequest, HttpResponse
 
 from django_rl import leases
 from django_rl.core.rates import parse_rate
+from django_rl.core.recording import recorded
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import RateLimited
 from django_rl.http import slots
-from django_rl.http.headers import recorded, write_headers
+from django_rl.http.headers import write_headers
 from django_rl.http.responses import too_many_requests
 from django_rl.leases import Lease
 from django_rl.policies import engine, inline
 from django_rl.policies.engine import Limit
 from django_rl.policies.plans import is_rate_function
-from django_rl.policies.registry import get_policy
 
 V = TypeVar("V", bound=Callable[..., Any])
 
@@ -65,14 +65,16 @@ def _check(request: HttpRequest, limit: Limit) -> tuple[HttpResponse | None, lis
     view's response. A request refused takes none: all or nothing, no policy
     counted it.
     """
-    verdict = engine.decide(request, (limit,))  # (one policy: engine.decide_one, no lists)
+    verdict = limit.decide(request)  # the engine's one path (one policy: engine.decide_one)
+    if not verdict.decisions:
+        return None, []
     held = leases.held(verdict.decisions)
     if not verdict.blocking:
         if held:
             slots.hold(request, held)
         return None, held
     leases.release(held)
-    return too_many_requests(request, RateLimited(verdict.decisions)), []
+    return too_many_requests(request, RateLimited(list(verdict.decisions))), []
 
 
 def ratelimit(
@@ -312,7 +314,7 @@ def _wrap(
                 if denied is not None:
                     return denied
             else:
-                engine.unlimited(request)
+                engine.unlimited(request)  # (no thread for a method the limit does not count)
             if not held:
                 response = await view(*args, **kwargs)
                 write_headers(response, recorded(request))
@@ -339,29 +341,11 @@ def _wrap(
             if drf is not None and drf.is_drf_request(request):
                 drf.decide(request, (limit,))  # raises Throttled when it blocks a denial
                 return view(*args, **kwargs)
-        methods = limit.methods
-        if methods is None or request.method in methods:  # (Limit.applies)
-            name = limit.single
-            if name is not None:
-                # One named policy, the usual view: _check's way, without its frames.
-                decision, every = engine.decide_one(request, get_policy(name), limit.cost)
-                if decision is not None:
-                    if limit.block and not decision.allowed and not decision.shadow:
-                        return too_many_requests(request, RateLimited([decision]))
-                    lease = decision.lease
-                    if lease is not None and not lease.released:
-                        held_by = slots.hold(request, [lease])
-                        return _holding(view, args, kwargs, request, held_by, [lease])
-                response = view(*args, **kwargs)
-                write_headers(response, every)  # (the request's list: the view's own too)
-                return response
-            denied, held = _check(request, limit)
-            if denied is not None:
-                return denied
-            if held:  # (held by the request since _check)
-                return _holding(view, args, kwargs, request, slots.attached(request), held)
-        else:
-            engine.unlimited(request)
+        denied, held = _check(request, limit)
+        if denied is not None:
+            return denied
+        if held:  # (held by the request since _check)
+            return _holding(view, args, kwargs, request, slots.attached(request), held)
         response = view(*args, **kwargs)
         write_headers(response, recorded(request))
         return response

@@ -18,8 +18,9 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
+from django_rl.core.recording import recorded
 from django_rl.exceptions import RateLimited
-from django_rl.http.headers import recorded, write_headers
+from django_rl.http.headers import write_headers
 from django_rl.http.responses import too_many_requests
 
 

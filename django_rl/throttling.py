@@ -16,6 +16,8 @@ middleware is needed. For code that raises ``RateLimited`` in a DRF view, set
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from typing import Any
 
 from rest_framework.exceptions import Throttled
@@ -26,13 +28,13 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from django_rl import leases
 from django_rl.conf import get_settings
 from django_rl.core.decision import Decision
+from django_rl.core.recording import record_missing
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError, RateLimited
 from django_rl.http import slots
-from django_rl.http.headers import record_missing, write_headers
+from django_rl.http.headers import write_headers
 from django_rl.leases import Lease
 from django_rl.policies import engine
-from django_rl.policies.registry import get_policy
 
 
 class PolicyThrottle(BaseThrottle):
@@ -69,35 +71,26 @@ class PolicyThrottle(BaseThrottle):
         return () if default is None else (default,)
 
     def allow_request(self, request: Any, view: Any) -> bool:
-        names = self.get_policy_names(view)
-        if not names:
-            engine.unlimited(request)
-            return True
-        if len(names) == 1:
-            # One policy, the usual view: what follows, without its lists.
-            decision, every = engine.decide_one(request, get_policy(names[0]))
-            headers = getattr(view, "headers", None)
-            if isinstance(headers, dict):  # (write_view_headers)
-                write_headers(headers, every)
-            if decision is None:
-                self.decisions = ()
-                return True
-            self.decisions = (decision,)
-            lease = decision.lease
-            if lease is not None and not lease.released:
-                hold_until_done(view, [lease], request)
-            return decision.allowed or decision.shadow  # (not Decision.denies)
-        decisions = engine.hit_all(request, [get_policy(name) for name in names])
-        self.decisions = tuple(decisions)
-        write_view_headers(view, engine.settle(request, decisions))
-        # All or nothing: slots (concurrency) were taken only if none denied.
-        hold_until_done(view, leases.held(decisions), request)
-        return not any(decision.denies for decision in decisions)
+        verdict = _limit_of(tuple(self.get_policy_names(view))).decide(
+            request
+        )  # the engine's one path
+        self.decisions = tuple(verdict.decisions)
+        write_view_headers(view, verdict.every)
+        if verdict.decisions:
+            # All or nothing: slots (concurrency) were taken only if none denied.
+            hold_until_done(view, leases.held(verdict.decisions), request)
+        return not verdict.blocking
 
     def wait(self) -> float | None:
         """Return seconds until a retry would be allowed: Retry-After, whole and at least 1."""
         waits = [d.retry_after_header for d in self.decisions if d.denies]
         return float(max(waits)) if waits else None
+
+
+@functools.cache
+def _limit_of(names: tuple[str, ...]) -> engine.Limit:
+    """Return the limit of a throttle's policy names, compiled once (names come from code)."""
+    return engine.Limit(names)
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -115,7 +108,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return drf_exception_handler(exc, context)
 
 
-def write_view_headers(view: Any, decisions: list[Decision]) -> None:
+def write_view_headers(view: Any, decisions: Sequence[Decision]) -> None:
     """Put the rate-limit headers of ``decisions`` in the DRF view's ``headers``.
 
     APIView.dispatch sets ``view.headers`` to a fresh dict per request and

@@ -111,7 +111,7 @@ def test_a_cost_above_a_policys_limit_is_a_check_error(settings):
 def test_a_cost_above_the_limit_used_anyway_is_denied_not_an_error(
     redis_client, caplog, url, policy, wait
 ):
-    from django_rl.policies.policy import _log_too_heavy
+    from django_rl.policies.outcomes import _log_too_heavy
 
     _log_too_heavy.cache_clear()  # it logs once per process
     client = Client(raise_request_exception=True)

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from django_rl import Decision, get_policy
 from django_rl.algorithms import ALGORITHMS
-from django_rl.http.headers import closest_to_denial, header_values, quota_window
+from django_rl.algorithms.windows import quota_window
+from django_rl.http.headers import closest_to_denial, header_values
 from tests.sf_headers import parse_list, policies, ratelimit
 
 POLICIES = {
@@ -189,8 +190,8 @@ def test_the_benchs_requests_built_once_are_as_new_on_every_call():
     from django.test import RequestFactory
 
     from bench.peers import LEFT_ON_REQUEST, LEFT_ON_RESPONSE, as_new
+    from django_rl.core.recording import recorded
     from django_rl.decorators import ratelimit as ratelimit_decorator
-    from django_rl.http.headers import recorded
 
     ok = HttpResponse("ok")
     view = ratelimit_decorator("login")(lambda request: ok)

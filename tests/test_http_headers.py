@@ -11,7 +11,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client
 
-from django_rl.http.headers import REQUEST_ATTRIBUTE
+from django_rl.core.recording import REQUEST_ATTRIBUTE
 from tests.sf_headers import expected_t, policies, ratelimit
 
 POLICIES = {

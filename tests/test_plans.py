@@ -181,7 +181,7 @@ def test_reset_clears_every_rate_even_where_no_rate_was_seen(settings, alice, re
 
 
 def test_a_cost_above_the_limit_of_a_rate_is_a_429_not_a_500(redis_client, caplog):
-    from django_rl.policies.policy import _log_too_heavy
+    from django_rl.policies.outcomes import _log_too_heavy
 
     _log_too_heavy.cache_clear()  # it logs once per process
     with caplog.at_level(logging.ERROR, logger="django_rl"):

@@ -17,8 +17,8 @@ from django.urls import path
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from django_rl.core.recording import recorded
 from django_rl.decorators import ratelimit
-from django_rl.http.headers import recorded
 
 
 def decided_by(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[..., HttpResponse]:

@@ -10,9 +10,9 @@ from rest_framework.views import APIView
 
 from django_rl import get_policy
 from django_rl.core.identities import client_ip
+from django_rl.core.recording import record
 from django_rl.decorators import ratelimit
 from django_rl.exceptions import RateLimited
-from django_rl.http.headers import record
 
 
 @ratelimit("single")

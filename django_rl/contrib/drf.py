@@ -43,10 +43,10 @@ from django_rl.core.decision import Decision
 from django_rl.core.identities import _normalize_address
 from django_rl.core.rates import RateError
 from django_rl.core.rates import parse_rate as parse_rate_text
+from django_rl.core.recording import record
 from django_rl.http.headers import write_headers
 from django_rl.observability.denials import report_denial
 from django_rl.overrides.loader import LOADER, rules_for
-from django_rl.policies.engine import settle
 
 __all__ = [
     "AnonRateThrottle",
@@ -239,7 +239,7 @@ class SimpleRateThrottle(BaseThrottle):
             report_denial(request, policy.name, key, decision)
         try:
             # request.django_rl_decisions and request.limited, as both front doors set them.
-            every = settle(request, (decision,))
+            every = record(request, (decision,))
         except AttributeError:  # not a request (DRF's own tests pass {}): nothing to record
             every = [decision]
         # APIView.finalize_response copies view.headers onto the response,

@@ -5,8 +5,8 @@ check`` judges none of ``DJANGO_RL`` (bad settings go unreported), and the
 admin pages and overrides are not there. Limits still apply, so nothing else
 would say so.
 
-The front doors' shared path (``engine.decide_one``, ``settle``,
-``unlimited``) and the drop-ins test :data:`looked` on every request and
+Recording a request's Decisions (``recording.record``, where every front
+door's path ends) and the drop-ins test :data:`looked` on every request and
 call :func:`look` only while it is ``False``: a boolean test is all a
 request pays. ``AppConfig.ready`` sets it (the usual project never looks);
 otherwise the first use with the app registry ready looks once, and logs one

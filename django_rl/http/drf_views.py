@@ -40,7 +40,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from django_rl import leases
-from django_rl.http.headers import recorded
+from django_rl.core.recording import recorded
 from django_rl.policies import engine
 from django_rl.throttling import hold_until_done, write_view_headers
 

@@ -1,7 +1,7 @@
 """Rate-limit response headers, written from the Decisions a request collected.
 
 The front doors only decide: each one records its Decisions on the request
-(:func:`record`) and hands the response (or, in DRF, the view's ``headers``
+(``core/recording.py``) and hands the response (or, in DRF, the view's ``headers``
 dict that ``finalize_response`` copies onto every response) to
 :func:`write_headers`. What is written depends on ``DJANGO_RL["HEADERS"]``:
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from django.core.signals import setting_changed
@@ -35,48 +35,12 @@ from django.http.response import HttpResponseBase, ResponseHeaders
 
 from django_rl.conf import get_settings
 from django_rl.core.decision import Decision
-from django_rl.core.rates import Rate
-from django_rl.exceptions import UnknownPolicy
-
-#: The attribute of the Django ``HttpRequest`` that holds its Decisions.
-REQUEST_ATTRIBUTE = "django_rl_decisions"
 
 
 class HeaderTarget(Protocol):
     """An ``HttpResponse`` or a plain dict of headers."""
 
     def __setitem__(self, key: str, value: str, /) -> None: ...
-
-
-def record(request: Any, decisions: Iterable[Decision]) -> list[Decision]:
-    """Add ``decisions`` to those of ``request``; return all of them, oldest first.
-
-    A DRF ``Request`` records on the Django ``HttpRequest`` it wraps, so both
-    front doors (and code that raises ``RateLimited``) share one list.
-    """
-    http_request = getattr(request, "_request", request)
-    recorded: list[Decision] | None = getattr(http_request, REQUEST_ATTRIBUTE, None)
-    if recorded is None:
-        recorded = []
-        setattr(http_request, REQUEST_ATTRIBUTE, recorded)
-    recorded.extend(decisions)
-    return recorded
-
-
-def record_missing(request: Any, decisions: Iterable[Decision]) -> list[Decision]:
-    """Record those of ``decisions`` that ``request`` does not hold yet; return all.
-
-    For a raised ``RateLimited``: its Decisions may have been recorded by a
-    front door already, or made by the view itself.
-    """
-    known = recorded(request)
-    return record(request, [d for d in decisions if not any(d is k for k in known)])
-
-
-def recorded(request: Any) -> list[Decision]:
-    """Return the Decisions recorded on ``request`` so far (empty if none)."""
-    http_request = getattr(request, "_request", request)
-    return getattr(http_request, REQUEST_ATTRIBUTE, None) or []
 
 
 #: Set on a response once its headers report that many Decisions.
@@ -288,26 +252,25 @@ def effective_window(decision: Decision) -> int:
     return math.ceil(decision.reset_after)
 
 
-def quota_window(algorithm: Any) -> int | None:
-    """Return ``w``: the seconds the policy's rate takes to grant its whole quota.
-
-    For ``fixed_window`` and ``sliding_log`` that is the period of the rate
-    (``5/m`` -> 60). For ``token_bucket`` it is capacity / refill rate,
-    rounded up (capacity 3 at ``1/s`` -> 3), so ``q/w`` is never above the
-    refill rate a client can sustain. For ``"0/<period>"``, the period.
-    ``None`` for an algorithm without a rate (``rate: None``).
-    """
-    rate = getattr(algorithm, "rate", None)
-    if not isinstance(rate, Rate):
-        return None
-    if rate.denies_all:  # "0/<period>": nothing is granted; clients are told to wait a period
-        return max(1, -(-rate.period_ms // 1000))
-    limit: int = algorithm.limit
-    return max(1, -(-limit * rate.period_ms // (rate.limit * 1000)))
-
-
 def _wait(decision: Decision) -> float:
     return decision.reset_after if decision.allowed else decision.retry_after
+
+
+def _no_window(name: str) -> int | None:
+    return None
+
+
+#: ``w`` of the policy of that name, for a Decision made by hand (it carries
+#: none): the registry's, handed over by ``AppConfig.ready`` (:func:`use_policy_windows`),
+#: as the registry sits above this module.
+_windows_of_policies: Callable[[str], int | None] = _no_window
+
+
+def use_policy_windows(window_of: Callable[[str], int | None]) -> None:
+    """Take ``window_of(name)``: the window of the named policy, or ``None`` (never raises)."""
+    global _windows_of_policies
+    _windows_of_policies = window_of
+    _policy_item.cache_clear()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -319,14 +282,7 @@ def _policy_item(name: str, limit: int, window: int | None) -> str:
     """
     item = f"{_sf_string(name)};q={limit}"
     if window is None:
-        # Here, not at the top: the registry is above this module (it is
-        # only read for Decisions made by hand, never on a decision's path).
-        from django_rl.policies.registry import get_policy
-
-        try:
-            window = quota_window(get_policy(name).algorithm)
-        except (UnknownPolicy, TypeError):  # made up by hand, or a rate per request
-            return item
+        window = _windows_of_policies(name)
     return item if window is None else f"{item};w={window}"
 
 

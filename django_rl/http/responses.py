@@ -31,8 +31,9 @@ from django.utils.module_loading import import_string
 
 from django_rl.checks.validation import ratelimited_view_problems
 from django_rl.conf import get_settings
+from django_rl.core.recording import record_missing
 from django_rl.exceptions import RateLimited
-from django_rl.http.headers import record_missing, write_headers
+from django_rl.http.headers import write_headers
 
 #: The problem type draft-ietf-httpapi-ratelimit-headers-11 (section 5.1) defines.
 PROBLEM_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"

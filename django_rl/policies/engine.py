@@ -1,21 +1,20 @@
-"""Deciding a request: what both front doors (and the decorator on DRF views) share.
+"""Deciding a request: the one path every front door takes.
 
-A front door hands the request and what limits it here; the engine hits
-every policy that applies, records the Decisions on the request and sets
-``request.limited``; the front door only turns the outcome into its own
-answer (a 429 response, DRF's ``Throttled``, or the view run anyway when
-``block=False``).
+A front door compiles what limits a view once (a :class:`Limit`: when the
+decorator is applied, when a throttle class first meets a view's policy
+names) and hands it each request: :meth:`Limit.decide` hits every policy
+that applies, records the Decisions on the request (``core/recording.py``)
+and says which deny on behalf of a limit that blocks; the front door only
+turns that into its own answer (a 429 response, DRF's ``Throttled``, or the
+view run anyway when ``block=False``).
 
-On the request (the Django ``HttpRequest``; a DRF ``Request`` reads through
-to it):
-
-* ``django_rl_decisions``: every Decision made for it, oldest first
-  (``headers.record``);
-* ``limited``: ``True`` once any policy has denied it, else ``False`` (a
-  policy in shadow mode never sets it).
-
-Both are set as soon as a front door looks at the request, even when no
-policy applies (no Decision), so a view can always read them.
+* **One policy** (the usual view): :func:`decide_one`, i.e.
+  :meth:`Policy.hit_request` (the policy's one decision: ``policy.py``),
+  then :func:`~django_rl.core.recording.record`.
+* **Several** (one ``@ratelimit`` of several policies, a throttle of several,
+  several ``@ratelimit`` uses on a DRF view, ``hit_many``): each policy's hit
+  prepared the same way (:meth:`Policy.prepare_request`), decided together,
+  all or nothing (``together.py``), then reported and recorded.
 
 **A shadow policy never changes a response**: when identifying the request
 or deciding it raises for a policy in shadow mode (its key or rate
@@ -30,27 +29,38 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from django_rl.core import installed
 from django_rl.core.decision import Decision
-from django_rl.http.headers import REQUEST_ATTRIBUTE, record
+from django_rl.core.recording import record
 from django_rl.policies import together
 from django_rl.policies.inline import InlineSpec
-from django_rl.policies.policy import Pending, report_requests
-from django_rl.policies.registry import Policy, get_policy, inline_policy
+from django_rl.policies.policy import Pending, Policy
+from django_rl.policies.registry import get_policy, inline_policy
+from django_rl.policies.reporting import report_requests
 from django_rl.policies.shadow import SHADOW_ERRORS
 
-#: The attribute that says whether any policy denied the request.
-LIMITED = "limited"
+
+class Verdict(NamedTuple):
+    """What the limits of one front door decided for a request.
+
+    :ivar decisions: this front door's Decisions.
+    :ivar blocking: those that deny on behalf of a limit that blocks.
+    :ivar every: every Decision recorded on the request so far (these last).
+    """
+
+    decisions: Sequence[Decision]
+    blocking: Sequence[Decision]
+    every: Sequence[Decision]
 
 
 @dataclass(frozen=True)
 class Limit:
-    """One use of ``@ratelimit``: its policies, a request's weight, what counts, and the answer.
+    """One use of ``@ratelimit`` (or a throttle's policy names), compiled once.
 
     :ivar names: the named policies.
-    :ivar inline: the inline policy's spec (``rate=``), or ``None``.
+    :ivar cost: a request's weight under each of them.
     :ivar methods: the methods counted (HEAD wherever GET is: Django answers
         HEAD with the GET view), or ``None`` for every method.
+    :ivar inline: the inline policy's spec (``rate=``), or ``None``.
     :ivar block: a denied request is refused (429); ``False``: the view runs
         with ``request.limited`` set.
     """
@@ -60,24 +70,20 @@ class Limit:
     methods: frozenset[str] | None = None
     inline: InlineSpec | None = None
     block: bool = True
-    #: The name of the one named policy, when that is all the limit has (the usual view).
-    single: str | None = field(init=False, compare=False, repr=False)
+    #: The one policy, when that is all the limit has (the usual view): its name or spec.
+    _one: str | InlineSpec | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        single = self.names[0] if len(self.names) == 1 and self.inline is None else None
-        object.__setattr__(self, "single", single)  # (frozen: set once, here)
+        one: str | InlineSpec | None = None
+        if len(self.names) == 1 and self.inline is None:
+            one = self.names[0]
+        elif not self.names:
+            one = self.inline
+        object.__setattr__(self, "_one", one)  # (frozen: set once, here)
 
     def applies(self, request: Any) -> bool:
+        """Return whether ``request``'s method is one the limit counts."""
         return self.methods is None or request.method in self.methods
-
-    def only(self) -> Policy | None:
-        """Return the limit's policy when it has one (the usual view), else ``None``.
-
-        :raises ConfigurationError: for one that is missing or invalid.
-        """
-        if self.single is not None:
-            return get_policy(self.single)
-        return inline_policy(self.inline) if self.inline is not None and not self.names else None
 
     def policies(self) -> list[Policy]:
         """Return the named policies, then the inline one.
@@ -89,14 +95,54 @@ class Limit:
             found.append(inline_policy(self.inline))
         return found
 
-    def hit(self, request: Any) -> list[Decision]:
-        """Hit every policy for ``request`` (it applies), all or nothing; return the Decisions."""
-        return hit_all(request, self.policies(), self.cost)
+    def decide(self, request: Any) -> Verdict:
+        """Decide ``request`` by the limit's policies, record the Decisions; say which block.
+
+        :raises ConfigurationError: for a policy that is missing or invalid.
+        """
+        if self.methods is not None and request.method not in self.methods:
+            return Verdict((), (), unlimited(request))
+        one = self._one
+        if one is None:
+            decisions = hit_all(request, self.policies(), self.cost)
+            every = record(request, decisions)
+            blocking = [d for d in decisions if d.denies] if self.block else []
+            return Verdict(decisions, blocking, every)
+        policy = get_policy(one) if type(one) is str else inline_policy(one)
+        decision, every = decide_one(request, policy, self.cost)
+        if decision is None:
+            return Verdict((), (), every)
+        denies = self.block and not decision.allowed and not decision.shadow  # (Decision.denies)
+        return Verdict((decision,), (decision,) if denies else (), every)
+
+
+def decide_one(
+    request: Any, policy: Policy, cost: int = 1
+) -> tuple[Decision | None, list[Decision]]:
+    """Decide ``request`` by ``policy`` alone and record it; return its and all the Decisions.
+
+    All: every Decision recorded on the request so far, its own last. Its
+    Decision is ``None`` when the policy does not apply to the request, or
+    is a shadow policy whose decision raised (logged).
+    """
+    decision = _hit_one(request, policy, cost)
+    return decision, record(request, () if decision is None else (decision,))
+
+
+def _hit_one(request: Any, policy: Policy, cost: int) -> Decision | None:
+    try:
+        return policy.hit_request(request, cost)
+    except Exception as exc:
+        if not policy.shadow:
+            raise
+        SHADOW_ERRORS.failed(policy.name, exc)  # left out of this request
+        return None
 
 
 def hit_all(request: Any, policies: Iterable[Policy], cost: int = 1) -> list[Decision]:
     """Hit each of ``policies`` that applies to ``request`` together; return their Decisions.
 
+    Not recorded on the request (:meth:`Limit.decide` and :func:`decide` do).
     All or nothing (``together.py``): when a policy denies the request, no
     policy counts it; when none does, each counts it. One round trip where
     the policies' keys share a slot.
@@ -109,43 +155,28 @@ def _hit_weighted(
 ) -> list[tuple[int, Decision]]:
     """Hit ``(policy, cost)`` pairs for ``request`` together; (index, Decision) of those applied."""
     if len(weighted) == 1:
-        # One policy, the usual case: what together.decide does for one hit
-        # (ask Redis unless the hit was decided without it), without its lists.
         policy, cost = weighted[0]
-        try:
-            prepared = policy.prepare_request(request, cost)
-            if prepared is None:
-                return []
-            identity, one = prepared
-            decision = policy.ask(one) if type(one) is Pending else one
-            return [(0, policy.report_request(request, identity, decision))]  # type: ignore[arg-type]
-        except Exception as exc:
-            if not policy.shadow:
-                raise
-            SHADOW_ERRORS.failed(policy.name, exc)  # left out of this request
-            return []
+        decision = _hit_one(request, policy, cost)
+        return [] if decision is None else [(0, decision)]
     indexes: list[int] = []
-    policies: list[Policy] = []
-    identities: list[str] = []
-    hits: list[Pending | Decision] = []
+    reported: list[tuple[Policy, str]] = []
+    hits: list[tuple[Policy, Pending | Decision]] = []
     # Policies of the same key share its function (identities.py): the
     # request is identified once per function, not once per policy.
     known: dict[Any, str | None] = {}
     for index, (policy, cost) in enumerate(weighted):
         if policy.unlimited:
             continue  # rate None: applies to no request, never identifies one
-        identify = policy.identify
         try:
-            if identify in known:
-                found = known[identify]
-            else:
+            identify = policy.identify
+            if identify not in known:
                 # (Not noted before it returns: a shadow policy's error is
                 # not an answer for an enforced policy of the same key.)
-                found = known[identify] = identify(request)
-            if found is None:
+                known[identify] = identify(request)
+            identity = known[identify]
+            if identity is None:
                 continue
-            # prepare_request, its identity known: the same for each policy.
-            made = policy._hit_request(request, found, cost, defer=True)
+            made = policy.prepare_request(request, cost, identity=identity)
         except Exception as exc:
             if not policy.shadow:
                 raise
@@ -153,14 +184,15 @@ def _hit_weighted(
             continue
         if made is not None:
             indexes.append(index)
-            policies.append(policy)
-            identities.append(found)
-            hits.append(made)
+            reported.append((policy, identity))
+            hits.append((policy, made[1]))
     if not hits:
         return []
-    decided = together.decide(list(zip(policies, hits, strict=True)))
-    reported = report_requests(request, list(zip(policies, identities, decided, strict=True)))
-    return list(zip(indexes, reported, strict=True))
+    decided = together.decide(hits)
+    done = report_requests(
+        request, [(p, i, d) for (p, i), d in zip(reported, decided, strict=True)]
+    )
+    return list(zip(indexes, done, strict=True))
 
 
 def hit_many(hits: Iterable[tuple[Policy | str, str, int]]) -> list[Decision]:
@@ -192,121 +224,28 @@ def hit_many(hits: Iterable[tuple[Policy | str, str, int]]) -> list[Decision]:
     ]
 
 
-def decide_one(
-    request: Any, policy: Policy, cost: int = 1
-) -> tuple[Decision | None, list[Decision]]:
-    """Hit ``policy`` alone for ``request``, record and settle; return its and all the Decisions.
+def unlimited(request: Any) -> list[Decision]:
+    """Record no Decision on ``request`` (it is not limited); return all it has.
 
-    A shadow policy whose decision raises is left out (``None``), logged.
-
-    All: every Decision recorded on the request so far, its own last.
-
-    What :func:`hit_all` then :func:`settle` do for one policy (the usual
-    view: one ``@ratelimit`` use of one policy, a throttle of one scope),
-    without their lists. The Decision is ``None`` when the policy does not
-    apply to the request.
+    Sets ``request.limited`` (``False``) and its Decisions (none) if no
+    front door has, so a view can always read them.
     """
-    if not installed.looked:  # once per process: is "django_rl" in INSTALLED_APPS?
-        installed.look()
-    try:
-        decision = policy.hit_request(request, cost)
-    except Exception as exc:
-        if not policy.shadow:
-            raise
-        SHADOW_ERRORS.failed(policy.name, exc)  # left out of this request
-        decision = None
-    http_request = getattr(request, "_request", request)
-    # headers.record, inline, as in settle.
-    every: list[Decision] | None = getattr(http_request, REQUEST_ATTRIBUTE, None)
-    if every is None:
-        every = []
-        setattr(http_request, REQUEST_ATTRIBUTE, every)
-    if decision is not None:
-        every.append(decision)
-    if not getattr(http_request, LIMITED, False):
-        # A shadow policy's denial limits nothing (Decision.denies, inline).
-        setattr(
-            http_request,
-            LIMITED,
-            decision is not None and not decision.allowed and not decision.shadow,
-        )
-    return decision, every
-
-
-def settle(request: Any, decisions: Sequence[Decision]) -> list[Decision]:
-    """Record ``decisions`` on ``request`` and set ``request.limited``; return all its Decisions."""
-    if not installed.looked:
-        installed.look()
-    http_request = getattr(request, "_request", request)
-    # headers.record, inline: this runs on every request a front door decides.
-    every: list[Decision] | None = getattr(http_request, REQUEST_ATTRIBUTE, None)
-    if every is None:
-        every = []
-        setattr(http_request, REQUEST_ATTRIBUTE, every)
-    every.extend(decisions)
-    if not getattr(http_request, LIMITED, False):
-        # A shadow policy's denial limits nothing (Decision.denies, inline).
-        limited = False
-        for decision in decisions:
-            if not decision.allowed and not decision.shadow:
-                limited = True
-                break
-        setattr(http_request, LIMITED, limited)
-    return every
-
-
-def unlimited(request: Any) -> None:
-    """Set ``request.limited`` (``False``) and its Decisions (none) if no front door has."""
-    if not installed.looked:
-        installed.look()
-    http_request = getattr(request, "_request", request)
-    if not hasattr(http_request, LIMITED):
-        setattr(http_request, LIMITED, False)
-        record(http_request, ())
-
-
-class Verdict(NamedTuple):
-    """What the limits of one front door decided for a request.
-
-    :ivar decisions: this front door's Decisions.
-    :ivar blocking: those that deny on behalf of a limit that blocks.
-    """
-
-    decisions: list[Decision]
-    blocking: list[Decision]
+    return record(request, ())
 
 
 def decide(request: Any, limits: Sequence[Limit]) -> Verdict:
-    """Hit the policies of every limit that applies to ``request``, together; record and settle.
+    """Decide the policies of every limit that applies to ``request``, together; record them.
 
     All the limits' policies are decided at once, all or nothing (each at its
     limit's cost), as one limit's are: several ``@ratelimit`` uses noted on
     one DRF view count a request only if none denies it.
     """
-    if len(limits) == 1:  # one @ratelimit use: no owners to tell apart
-        limit = limits[0]
-        policy = limit.only() if limit.applies(request) else None
-        if policy is not None:
-            decision, _ = decide_one(request, policy, limit.cost)
-            if decision is None:
-                return Verdict([], [])
-            return Verdict([decision], [decision] if limit.block and decision.denies else [])
-        if limit.applies(request):
-            cost = limit.cost
-            made = _hit_weighted(request, [(policy, cost) for policy in limit.policies()])
-        else:
-            made = []
-        decisions = [decision for _, decision in made]
-        blocking = [d for d in decisions if d.denies] if limit.block else []
-    else:
-        owned = [
-            (limit, policy)
-            for limit in limits
-            if limit.applies(request)
-            for policy in limit.policies()
-        ]
-        made = _hit_weighted(request, [(policy, limit.cost) for limit, policy in owned])
-        decisions = [decision for _, decision in made]
-        blocking = [d for index, d in made if owned[index][0].block and d.denies]
-    settle(request, decisions)
-    return Verdict(decisions, blocking)
+    if len(limits) == 1:
+        return limits[0].decide(request)
+    owned = [
+        (limit, policy) for limit in limits if limit.applies(request) for policy in limit.policies()
+    ]
+    made = _hit_weighted(request, [(policy, limit.cost) for limit, policy in owned])
+    decisions = [decision for _, decision in made]
+    blocking = [d for index, d in made if owned[index][0].block and d.denies]
+    return Verdict(decisions, blocking, record(request, decisions))

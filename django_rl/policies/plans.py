@@ -34,8 +34,8 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from django_rl.algorithms import ALGORITHMS, Algorithm, fingerprint_text
+from django_rl.algorithms.windows import quota_window
 from django_rl.core.keys import fingerprint, key_parts
-from django_rl.http.headers import quota_window
 
 #: ``rate_of(request) -> rate string | None``.
 RateFunction = Callable[[Any], object]

@@ -17,7 +17,8 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_rl.algorithms import Algorithm
-from django_rl.backends import get_backend, health
+from django_rl.algorithms.windows import quota_window
+from django_rl.backends import get_backend
 from django_rl.checks.validation import policy_problems
 from django_rl.conf import Settings, get_settings
 from django_rl.contrib import dropin_names, dropin_policies
@@ -293,7 +294,15 @@ def fallback_policy_names(alias: str) -> tuple[str, ...]:
         return ()
 
 
-health.fallback_policies = fallback_policy_names
+def policy_window(name: str) -> int | None:
+    """Return the window (``w``) of the named policy's rate; ``None`` if it has no one rate.
+
+    For the headers of a Decision made by hand (``http/headers.py``). Never raises.
+    """
+    try:
+        return quota_window(get_policy(name).algorithm)
+    except (ConfigurationError, TypeError):  # made up by hand, or a rate per request
+        return None
 
 
 @receiver(setting_changed)

@@ -1,0 +1,74 @@
+"""What a policy's Decisions tell the rest of the process: shadow marks, metrics, history, denials.
+
+Every Decision a policy makes goes through here once: :func:`shadowed` for
+a policy in shadow mode, then counted in the metrics and the admin's history
+(:func:`counted`, or :func:`report_requests` for a request's several
+policies), and a request's denials reported (the ``rate_limited`` signal,
+the ``django_rl.denials`` log: ``observability/denials.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from django_rl.core.decision import Decision
+from django_rl.observability.denials import report_denial
+from django_rl.observability.history import RECORDER, field_of
+from django_rl.observability.metrics import count_decision, count_decisions
+from django_rl.overrides.loader import rules_for
+from django_rl.overrides.rules import BLOCK
+
+if TYPE_CHECKING:
+    from django_rl.policies.policy import Policy
+
+
+def shadowed(name: str, identity: str, decision: Decision, also: str | None = None) -> Decision:
+    """Return ``decision`` of a policy in shadow mode marked ``shadow=True``.
+
+    Except an operator's block (an override of ``identity``, or of ``also``):
+    it is enforced in every mode, shadow and ``SHADOW`` included.
+    """
+    if not decision.allowed:
+        rules = rules_for(name)
+        rule = rules.match(identity) if rules is not None else None
+        if rule is None and rules is not None and also is not None:
+            rule = rules.match(also)
+        if rule is not None and rule.action == BLOCK:
+            return decision
+    return replace(decision, shadow=True)
+
+
+def counted(name: str, identity: str, decision: Decision) -> None:
+    """Count one Decision in the metrics and the history."""
+    count_decision(name, decision)
+    RECORDER.count(name, "a" if decision.allowed else field_of(decision), identity)
+
+
+def report_requests(
+    request: Any, reported: Sequence[tuple[Policy, str, Decision]]
+) -> list[Decision]:
+    """Return each ``(policy, identity, decision)``'s Decision reported, in order.
+
+    As :meth:`Policy.report_request` each, for the Decisions of one request
+    of several policies: counted in the metrics and the history together
+    (one lock each, one clock read), then each denial reported.
+    """
+    decisions = [
+        shadowed(policy.name, identity, decision) if policy.shadow else decision
+        for policy, identity, decision in reported
+    ]
+    count_decisions(
+        [(policy.name, d) for (policy, _, _), d in zip(reported, decisions, strict=True)]
+    )
+    RECORDER.count_many(
+        [
+            (policy.name, "a" if d.allowed else field_of(d), identity)
+            for (policy, identity, _), d in zip(reported, decisions, strict=True)
+        ]
+    )
+    for (policy, identity, _), decision in zip(reported, decisions, strict=True):
+        if not decision.allowed:
+            report_denial(request, policy.name, identity, decision)
+    return decisions
