@@ -1,5 +1,8 @@
 """Every way ``settings.DJANGO_RL`` can be wrong, as Problems with check ids.
 
+A policy's own spec is judged by its one parse (``policies/spec.py``); the
+rest of the settings here.
+
 One place knows the rules: ``checks.py`` reports all Problems through
 ``manage.py check``; ``conf.get_settings`` and the policy registry raise the
 first one as a :class:`ConfigurationError` if a bad setting is used anyway.
@@ -9,37 +12,30 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from asgiref.sync import iscoroutinefunction
 from django.utils.module_loading import import_string
 
-from django_rl.algorithms import ALGORITHMS, ALL_PARAMETERS, ParameterError
+from django_rl.algorithms import ALGORITHMS
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.conf import DEFAULTS, HEADER_MODES
-from django_rl.core.identities import KEY_HINT, META_KEY, IdentitySpecError, resolve_identity
-from django_rl.core.keys import INLINE_NAME, SAFE_NAME
-from django_rl.core.rates import Rate, RateError, parse_rate
+from django_rl.core.identities import META_KEY
+from django_rl.core.keys import SAFE_NAME
+from django_rl.core.problems import Problem
+from django_rl.core.rates import Rate, parse_rate
 from django_rl.core.reprs import plural, short_repr
 from django_rl.docs_urls import doc_url
-from django_rl.exceptions import ConfigurationError
-from django_rl.policies.fallback import ZERO_FALLBACK
-from django_rl.policies.plans import (
-    SAMPLE_RATE,
-    RateSpecError,
-    is_rate_function,
-    resolve_rate_function,
+from django_rl.http.responses import ratelimited_view_problems
+from django_rl.policies.plans import is_rate_function
+from django_rl.policies.spec import (
+    COMMON_KEYS,
+    MODES,
+    NAME_RULE,
+    RATE_HINT,
+    fallback_rate_problems,
+    parse_policy,
 )
 
-#: Policy keys every algorithm accepts.
-COMMON_KEYS = frozenset({"algorithm", "key", "fail_open", "fallback_rate", "mode"})
-#: A policy's ``mode``: it denies (``enforce``), or only counts and reports (``shadow``).
-MODES = ("enforce", "shadow")
-#: The hint of every malformed rate (django_rl.E007).
-RATE_HINT = (
-    "Write e.g. '5/m', '100/10m', '1000/hour', '100/10' (per 10 s), "
-    "'0/m' (deny every request) or None (no limit)."
-)
 #: Bounds of the deny cache settings (see ``deny_cache.py``).
 MAX_DENY_CACHE_SIZE = 1_000_000
 MAX_DENY_CACHE_MAX_AGE = 86_400
@@ -47,26 +43,9 @@ MAX_DENY_CACHE_MAX_AGE = 86_400
 #: per policy with a fallback_rate and process, at the worst-case bytes per
 #: identity of docs/reliability.md (400).
 MAX_FALLBACK_IDENTITIES = 1_000_000
-_NAME_RULE = "1 to 64 letters, digits, '.', '_' or '-'"
-_RATE_FUNCTION_HINT = (
-    "Give the dotted path of a callable(request) that returns a rate string such as "
-    "'100/h', or None where the policy does not limit the request."
-)
 #: A sliding log that can take more Redis memory than this per identity is
 #: warned about (``django_rl.W020``): 1 MB, a thousand clients take 1 GB.
 LARGE_LOG_BYTES = 1_000_000
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with the settings."""
-
-    id: str
-    msg: str
-    hint: str
-
-    def as_exception(self) -> ConfigurationError:
-        return ConfigurationError(self.msg, check_id=self.id, hint=self.hint)
 
 
 def settings_problems(raw: object) -> list[Problem]:
@@ -95,7 +74,7 @@ def settings_problems(raw: object) -> list[Problem]:
         (
             "KEY_PREFIX",
             isinstance(merged["KEY_PREFIX"], str) and SAFE_NAME.fullmatch(merged["KEY_PREFIX"]),
-            _NAME_RULE,
+            NAME_RULE,
         ),
         ("FAIL_OPEN", isinstance(merged["FAIL_OPEN"], bool), "True or False"),
         ("OVERRIDES", isinstance(merged["OVERRIDES"], bool), "True or False"),
@@ -276,35 +255,6 @@ def deny_cache_problems(merged: Mapping[str, object]) -> list[Problem]:
     return problems
 
 
-def ratelimited_view_problems(value: object, *, resolve: bool = True) -> list[Problem]:
-    """Return what is wrong with ``DJANGO_RL["RATELIMITED_VIEW"]``.
-
-    :param resolve: also import the view and check it is a sync callable
-        (``manage.py check`` does; reading the settings does not import views).
-    """
-    where = "DJANGO_RL['RATELIMITED_VIEW']"
-    hint = (
-        "Set it to None (django_rl's own 429) or to the dotted path of a sync "
-        "view(request, exception) that returns the response, e.g. 'myapp.views.rate_limited'."
-    )
-    if value is None:
-        return []
-    if not isinstance(value, str) or "." not in value:
-        return [Problem("django_rl.E051", f"{where} is {short_repr(value)}", hint)]
-    if not resolve:
-        return []
-    shown = short_repr(value)
-    try:
-        view = import_string(value)
-    except ImportError as exc:
-        return [Problem("django_rl.E051", f"{where} {shown} could not be imported: {exc}", hint)]
-    if not callable(view):
-        return [Problem("django_rl.E051", f"{where} {shown} is not callable", hint)]
-    if iscoroutinefunction(view):
-        return [Problem("django_rl.E051", f"{where} {shown} is an async function", hint)]
-    return []
-
-
 def policy_problems(
     name: object,
     spec: object,
@@ -316,157 +266,12 @@ def policy_problems(
 ) -> list[Problem]:
     """Return what is wrong with one policy: an entry of ``DJANGO_RL["POLICIES"]`` by default.
 
-    :param where: how messages name the policy (a ``register_policy`` call,
-        an inline policy's decorator).
-    :param resolve: also import dotted paths (a key or rate function);
-        without it, only what the spec says on its own is judged.
-    :param inline: ``name`` is an inline policy's (``@group``).
+    The one parse of a spec (``policies/spec.py``), whose problems the
+    registry raises when such a policy is used. See :func:`parse_policy`.
     """
-    where = where or f"DJANGO_RL['POLICIES'][{short_repr(name)}]"
-    valid_name = INLINE_NAME if inline else SAFE_NAME
-    if not isinstance(name, str) or not valid_name.fullmatch(name):
-        return [Problem("django_rl.E005", f"{where}: bad policy name", f"Use {_NAME_RULE}.")]
-    if not isinstance(spec, Mapping):
-        return [
-            Problem(
-                "django_rl.E005",
-                f"{where} must be a dict, not {type(spec).__name__}",
-                "Write e.g. {'algorithm': 'sliding_log', 'rate': '5/m'}.",
-            )
-        ]
-    problems = []
-    unknown = sorted(set(spec) - COMMON_KEYS - ALL_PARAMETERS, key=short_repr)
-    if unknown:
-        known = ", ".join(sorted(COMMON_KEYS | ALL_PARAMETERS))
-        problems.append(
-            Problem(
-                "django_rl.E005",
-                f"{where} has unknown keys: {', '.join(map(short_repr, unknown))}",
-                f"Policy keys are {known}. Check the spelling.",
-            )
-        )
-    key = spec.get("key", "user_or_ip")
-    deferred = not resolve and isinstance(key, str) and "." in key and ":" not in key
-    try:
-        if not callable(key) and not deferred:  # a dotted path is imported when used
-            resolve_identity(key, num_proxies=num_proxies)
-    except IdentitySpecError as exc:
-        problems.append(
-            Problem(
-                "django_rl.E011",
-                f"{where}: {exc}",
-                KEY_HINT,
-            )
-        )
-    rate = spec.get("rate")
-    if "rate" in spec and is_rate_function(rate):
-        # Per-plan rates: the function is judged here, the other parameters
-        # with a sample rate (each rate is judged when the function returns it).
-        if resolve:
-            try:
-                resolve_rate_function(rate)
-            except RateSpecError as exc:
-                problems.append(Problem("django_rl.E007", f"{where}: {exc}", _RATE_FUNCTION_HINT))
-        spec = {**spec, "rate": SAMPLE_RATE}
-    if "fail_open" in spec and not isinstance(spec["fail_open"], bool):
-        problems.append(
-            Problem(
-                "django_rl.E030",
-                f"{where}['fail_open'] is {short_repr(spec['fail_open'])}",
-                "It must be True (allow when Redis cannot answer) or False (deny with 429); "
-                "leave it out to follow DJANGO_RL['FAIL_OPEN'].",
-            )
-        )
-    if "mode" in spec and spec["mode"] not in MODES:
-        problems.append(
-            Problem(
-                "django_rl.E032",
-                f"{where}['mode'] is {short_repr(spec['mode'])}",
-                "Use 'enforce' (the default: the policy denies) or 'shadow' (it counts and "
-                "reports what it would deny, and never denies).",
-            )
-        )
-    problems += fallback_rate_problems(spec, where)
-    name_of_algorithm = spec.get("algorithm")
-    algorithm = ALGORITHMS.get(name_of_algorithm) if isinstance(name_of_algorithm, str) else None
-    if algorithm is None:
-        problems.append(
-            Problem(
-                "django_rl.E006",
-                f"{where} has "
-                + (
-                    f"an unknown algorithm {short_repr(spec['algorithm'])}"
-                    if "algorithm" in spec
-                    else "no 'algorithm'"
-                ),
-                f"Set 'algorithm' to one of {', '.join(ALGORITHMS)}.",
-            )
-        )
-        return problems
-    needs = ", ".join(sorted(algorithm.parameters))
-    missing = sorted(algorithm.parameters - set(spec))
-    if missing:
-        problems.append(
-            Problem(
-                "django_rl.E008",
-                f"{where} lacks {', '.join(map(repr, missing))}, which {algorithm.name} needs",
-                f"{algorithm.name} takes {needs}.",
-            )
-        )
-    extra = sorted((ALL_PARAMETERS - algorithm.parameters) & set(spec))
-    if extra:
-        problems.append(
-            Problem(
-                "django_rl.E009",
-                f"{where} sets {', '.join(map(repr, extra))}, which {algorithm.name} does not use",
-                f"{algorithm.name} takes {needs}; remove the others.",
-            )
-        )
-    if missing:
-        return problems
-    try:
-        algorithm.from_spec(spec)
-    except RateError as exc:
-        problems.append(
-            Problem(
-                "django_rl.E007",
-                f"{where}: {exc}",
-                RATE_HINT,
-            )
-        )
-    except ParameterError as exc:
-        problems.append(
-            Problem("django_rl.E010", f"{where}: {exc}", f"{algorithm.name} takes {needs}.")
-        )
-    return problems
-
-
-def fallback_rate_problems(spec: Mapping[str, object], where: str) -> list[Problem]:
-    """Return what is wrong with a policy's ``fallback_rate`` (absent or ``None``: nothing)."""
-    rate = spec.get("fallback_rate")
-    if rate is None:
-        return []
-    why = (
-        "it is a rate function: a fallback_rate is one rate string for every request"
-        if is_rate_function(rate)
-        else None
-    )
-    if why is None:
-        try:
-            if parse_rate(rate).limit == 0:
-                why = ZERO_FALLBACK.format(rate=short_repr(rate))
-        except RateError as exc:
-            why = str(exc)
-    if why is None:
-        return []
-    return [
-        Problem(
-            "django_rl.E031",
-            f"{where}['fallback_rate']: {why}",
-            "Write '<count>/<period>', e.g. '5/m': what each process allows per identity "
-            "while Redis cannot answer; leave it out to follow fail_open.",
-        )
-    ]
+    return parse_policy(
+        name, spec, num_proxies=num_proxies, where=where, resolve=resolve, inline=inline
+    ).problems
 
 
 def policy_warnings(
@@ -532,3 +337,14 @@ def _fallback_warnings(spec: Mapping[str, object], algorithm: object, where: str
             + doc_url("reliability", "outage-fallback-keep-limiting-while-redis-cannot-answer"),
         )
     ]
+
+
+__all__ = [
+    "COMMON_KEYS",
+    "MODES",
+    "RATE_HINT",
+    "Problem",
+    "fallback_rate_problems",
+    "policy_problems",
+    "ratelimited_view_problems",
+]

@@ -25,13 +25,15 @@ import functools
 import json
 from collections.abc import Callable
 
+from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import patch_vary_headers
 from django.utils.module_loading import import_string
 
-from django_rl.checks.validation import ratelimited_view_problems
 from django_rl.conf import get_settings
+from django_rl.core.problems import Problem
 from django_rl.core.recording import record_missing
+from django_rl.core.reprs import short_repr
 from django_rl.exceptions import RateLimited
 from django_rl.http.headers import write_headers
 
@@ -122,6 +124,35 @@ def _quality(parameters: str) -> float:
                 return 0.0
             return quality if 0.0 <= quality <= 1.0 else 0.0
     return 1.0
+
+
+def ratelimited_view_problems(value: object, *, resolve: bool = True) -> list[Problem]:
+    """Return what is wrong with ``DJANGO_RL["RATELIMITED_VIEW"]``.
+
+    :param resolve: also import the view and check it is a sync callable
+        (``manage.py check`` does; reading the settings does not import views).
+    """
+    where = "DJANGO_RL['RATELIMITED_VIEW']"
+    hint = (
+        "Set it to None (django_rl's own 429) or to the dotted path of a sync "
+        "view(request, exception) that returns the response, e.g. 'myapp.views.rate_limited'."
+    )
+    if value is None:
+        return []
+    if not isinstance(value, str) or "." not in value:
+        return [Problem("django_rl.E051", f"{where} is {short_repr(value)}", hint)]
+    if not resolve:
+        return []
+    shown = short_repr(value)
+    try:
+        view = import_string(value)
+    except ImportError as exc:
+        return [Problem("django_rl.E051", f"{where} {shown} could not be imported: {exc}", hint)]
+    if not callable(view):
+        return [Problem("django_rl.E051", f"{where} {shown} is not callable", hint)]
+    if iscoroutinefunction(view):
+        return [Problem("django_rl.E051", f"{where} {shown} is an async function", hint)]
+    return []
 
 
 @functools.cache

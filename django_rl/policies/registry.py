@@ -16,13 +16,10 @@ from typing import Any
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from django_rl.algorithms import Algorithm
 from django_rl.algorithms.windows import quota_window
 from django_rl.backends import get_backend
-from django_rl.checks.validation import policy_problems
 from django_rl.conf import Settings, get_settings
 from django_rl.contrib import dropin_names, dropin_policies
-from django_rl.core.identities import checked_identity, resolve_identity
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError, UnknownPolicy
 from django_rl.policies.deny_cache import get_deny_cache
@@ -32,12 +29,10 @@ from django_rl.policies.plans import (
     PlanRates,
     Variant,
     algorithm_at,
-    function_label,
-    is_rate_function,
     make_variant,
-    resolve_rate_function,
 )
 from django_rl.policies.policy import DEGRADED_RETRY_AFTER, Policy
+from django_rl.policies.spec import parse_policy
 
 
 def build_policy(
@@ -58,47 +53,37 @@ def build_policy(
     :raises ConfigurationError: if the spec is wrong (the problem ``manage.py
         check`` reports).
     """
-    problems = policy_problems(
-        name, spec, num_proxies=settings.num_proxies, where=where, inline=inline
-    )
-    if problems:
-        raise problems[0].as_exception()
-    key = spec.get("key", "user_or_ip")
-    if callable(key):
-        identify = checked_identity(key, function_label(key))
-    else:
-        identify = resolve_identity(key, addresses=settings.addresses)
-    rate = spec.get("rate")  # concurrency has none
+    parsed = parse_policy(
+        name, spec, addresses=settings.addresses, where=where, inline=inline
+    ).parsed()
+    assert parsed.identify is not None  # (resolved: parse_policy's default)
     prefix = settings.key_prefix
-    algorithm: Algorithm | None = None
-    rates = None
 
     def build(text: str) -> Variant:
         """The variant at another rate: each rate of a per-plan policy, or of an override."""
-        return make_variant(algorithm_at(spec, text), text, prefix=prefix, name=name, extra=extra)
+        algorithm = algorithm_at(parsed.spec, text)
+        return make_variant(algorithm, text, prefix=prefix, name=name, extra=extra)
 
-    if is_rate_function(rate):
-        rates = PlanRates(resolve_rate_function(rate), function_label(rate), build)
-    else:
-        algorithm = algorithm_at(spec, rate)
-    fallback_rate = spec.get("fallback_rate")
-    fallback = (
-        None if fallback_rate is None else LocalFallback(name, fallback_rate, get_fallback_store())
-    )
+    rates = None
+    if parsed.rate_function is not None:
+        rates = PlanRates(parsed.rate_function, parsed.rate_label, build)
+    fallback = None
+    if parsed.fallback_rate is not None:
+        fallback = LocalFallback(name, parsed.fallback_rate, get_fallback_store())
     return Policy(
         name,
-        algorithm,
-        identify,
+        parsed.algorithm,
+        parsed.identify,
         get_backend(settings.connection),
         key_prefix=prefix,
-        fail_open=spec.get("fail_open", settings.fail_open),
+        fail_open=settings.fail_open if parsed.fail_open is None else parsed.fail_open,
         denials=get_deny_cache(),
         rates=rates,
-        rate=rate if isinstance(rate, str) else "",
+        rate=parsed.rate,
         extra=extra,
         fallback=fallback,
         build=build,
-        shadow=spec.get("mode") == "shadow" or settings.shadow,
+        shadow=parsed.shadow or settings.shadow,
     )
 
 
@@ -132,7 +117,7 @@ def register_policy(name: str, spec: Mapping[str, Any]) -> None:
             f"register_policy({name!r}, ...): the spec must be a dict, not {short_repr(spec)}"
         )
     spec = dict(spec)
-    problems = policy_problems(name, spec, where=_code_where(name), resolve=False)
+    problems = parse_policy(name, spec, where=_code_where(name), resolve=False).problems
     if problems:
         raise problems[0].as_exception()
     with _registering:
