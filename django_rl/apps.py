@@ -17,8 +17,8 @@ class DjangoRlConfig(AppConfig):
         from django_rl.conf import use_validator
         from django_rl.core import installed
         from django_rl.http.headers import use_policy_windows
+        from django_rl.inspection.targets import address_form
         from django_rl.overrides.loader import use_address_forms
-        from django_rl.overrides.targets import address_form
         from django_rl.policies.registry import fallback_policy_names, policy_window
 
         # The front doors need not look for the app in INSTALLED_APPS: here it is.

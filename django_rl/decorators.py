@@ -35,7 +35,7 @@ from typing import Any, NoReturn, TypeVar, cast
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse
 
-from django_rl import leases
+import django_rl.leases as leases
 from django_rl.core.rates import parse_rate
 from django_rl.core.recording import recorded
 from django_rl.core.reprs import short_repr
@@ -264,14 +264,14 @@ def _counted_methods(methods: object) -> frozenset[str] | None:
 
 
 def _drf() -> ModuleType | None:
-    """Return ``django_rl.http.drf_views`` if DRF is loaded, else None.
+    """Return ``django_rl.drf_views`` if DRF is loaded, else None.
 
     A DRF view or ``Request`` cannot exist before ``rest_framework.views`` is
     imported, so projects without DRF never import it.
     """
     if "rest_framework.views" not in sys.modules:
         return None
-    from django_rl.http import drf_views
+    import django_rl.drf_views as drf_views
 
     return drf_views
 

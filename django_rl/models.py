@@ -51,7 +51,7 @@ class Override(models.Model):
         (BLOCK, "Block: always denied"),
     )
 
-    # Help texts are the admin form's (``overrides/forms.py``).
+    # Help texts are the admin form's (``admin/override_form.py``).
     policy = models.CharField(max_length=100)
     identity = models.CharField("identity or network", max_length=200)
     action = models.CharField(max_length=6, choices=ACTIONS)

@@ -25,7 +25,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from django_rl import leases
+import django_rl.leases as leases
 from django_rl.conf import get_settings
 from django_rl.core.decision import Decision
 from django_rl.core.recording import record_missing

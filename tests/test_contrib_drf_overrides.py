@@ -17,10 +17,10 @@ from rest_framework.response import Response
 from rest_framework.test import APIRequestFactory, force_authenticate
 from rest_framework.views import APIView
 
+from django_rl.admin.override_form import OverrideForm
 from django_rl.contrib.drf import AnonRateThrottle, UserRateThrottle
 from django_rl.models import Override
 from django_rl.overrides import LOADER
-from django_rl.overrides.forms import OverrideForm
 
 pytestmark = pytest.mark.django_db
 

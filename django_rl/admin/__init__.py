@@ -13,8 +13,8 @@ from django.utils import timezone
 from django.utils.timesince import timeuntil
 
 from django_rl.admin import views as admin_views
+from django_rl.admin.override_form import OverrideForm
 from django_rl.models import LiveCounter, Override
-from django_rl.overrides.forms import OverrideForm
 from django_rl.overrides.rules import RATE
 
 if TYPE_CHECKING:

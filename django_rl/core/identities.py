@@ -198,7 +198,7 @@ class AddressForm:
     ``ipv6_prefix`` bits and written as the network's first address, as
     :func:`_normalize_address` does: what the ``ip`` key gives a request
     (``ip:10.1.2.0`` for any client of ``10.1.2.0/24`` under ``IPV4_PREFIX``
-    24). The drop-ins have their own (see ``overrides/targets.py``).
+    24). The drop-ins have their own (see ``inspection/targets.py``).
     """
 
     head: str = "ip:"

@@ -45,7 +45,7 @@ from django.core.handlers.asgi import ASGIHandler
 from django.core.signals import request_finished
 from django.http import HttpRequest
 
-from django_rl import leases
+import django_rl.leases as leases
 from django_rl.leases import Lease
 
 #: The attribute of Django's ``HttpRequest`` that holds its :class:`Slots`.

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from redis.exceptions import RedisError
 
 from django_rl.core.keys import POLICY_NAME, STORED_IDENTITY, KeyIdentity
-from django_rl.overrides.targets import address_identity
+from django_rl.inspection.targets import address_identity
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -101,7 +101,7 @@ def operator_identity(text: str, policy: str | None = None) -> str:
     ``IP:127.0.0.1``, ``127.0.0.1:8000``) is the identity requests from it
     have under that policy, as counted (``ip:127.0.0.1``, grouped by
     ``IPV4_PREFIX``/``IPV6_PREFIX``, or the drop-ins' own: see
-    ``overrides/targets.py``), as the admin's override form takes it.
+    ``inspection/targets.py``), as the admin's override form takes it.
     Anything else is a raw identity, made safe the way a request's would be
     (so typing the raw value of a digested identity finds it too).
 

@@ -2,7 +2,7 @@
 
 ``rules.py``: the rules decisions read, and how targets are written;
 ``loader.py``: the thread that loads them from the database in the
-background; ``forms.py``: the admin's form. The model is
+background; the admin's form is ``admin/override_form.py``. The model is
 ``django_rl.models.Override``; see docs/overrides.md.
 """
 

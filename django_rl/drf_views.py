@@ -39,7 +39,7 @@ from rest_framework.exceptions import APIException, Throttled
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from django_rl import leases
+import django_rl.leases as leases
 from django_rl.core.recording import recorded
 from django_rl.policies import engine
 from django_rl.throttling import hold_until_done, write_view_headers

@@ -13,9 +13,9 @@ from django_rl.algorithms import ParameterError
 from django_rl.checks.validation import large_log_warning
 from django_rl.core.rates import RateError
 from django_rl.exceptions import ConfigurationError
+from django_rl.inspection.targets import address_form, dropin_target
 from django_rl.models import Override
 from django_rl.overrides.rules import RATE, TargetError, normalize_target
-from django_rl.overrides.targets import address_form, dropin_target
 from django_rl.policies.registry import policies_named, policy_names
 
 #: How long a new override lasts unless the form says otherwise.
