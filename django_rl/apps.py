@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.db.models.signals import post_delete, post_save
 
 
 class DjangoRlConfig(AppConfig):
@@ -15,11 +16,13 @@ class DjangoRlConfig(AppConfig):
         from django_rl.checks import system as checks  # noqa: F401
         from django_rl.checks.validation import settings_problems
         from django_rl.conf import use_validator
+        from django_rl.contrib import dropin_policies
         from django_rl.core import installed
         from django_rl.http.headers import use_policy_windows
         from django_rl.inspection.targets import address_form
-        from django_rl.overrides.loader import use_address_forms
-        from django_rl.policies.registry import fallback_policy_names, policy_window
+        from django_rl.models import Override
+        from django_rl.overrides.loader import override_changed, use_address_forms
+        from django_rl.policies.registry import fallback_policy_names, policy_window, use_dropins
 
         # The front doors need not look for the app in INSTALLED_APPS: here it is.
         installed.ready()
@@ -35,3 +38,8 @@ class DjangoRlConfig(AppConfig):
         # by hand gets its named policy's window in its headers (above http/).
         health.fallback_policies = fallback_policy_names
         use_policy_windows(policy_window)
+        # The admin and the command list the drop-ins' policies with the others.
+        use_dropins(dropin_policies)
+        # Saving or deleting an override tells every process (the loader reads the model).
+        post_save.connect(override_changed, Override, dispatch_uid="django_rl.override_saved")
+        post_delete.connect(override_changed, Override, dispatch_uid="django_rl.override_deleted")

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from django.db import models
 
-from django.db import models, transaction
-from django.db.models.signals import post_delete, post_save
-from django.dispatch import receiver
-
-from django_rl.overrides.loader import notify_changed
 from django_rl.overrides.rules import BLOCK, EXEMPT, RATE
 
 
@@ -76,9 +71,3 @@ class Override(models.Model):
     def __str__(self) -> str:
         what = f"rate {self.rate}" if self.action == RATE else self.action
         return f"{self.policy} / {self.identity}: {what}"
-
-
-@receiver((post_save, post_delete), sender=Override)
-def _override_changed(sender: type[Override], using: str, **kwargs: Any) -> None:
-    # After the commit, so no process reloads before the change is visible.
-    transaction.on_commit(notify_changed, using=using)

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.signals import setting_changed
+from django.db import transaction
 from django.dispatch import receiver
 from redis.exceptions import RedisError
 
@@ -323,6 +324,17 @@ def rules_for(policy: str) -> PolicyRules | None:
     if not loader.started:
         loader.start()
     return loader.rules.get(policy)
+
+
+def override_changed(sender: Any, using: str, **kwargs: Any) -> None:
+    """Tell every process once the transaction that saved or deleted an override commits.
+
+    The ``post_save``/``post_delete`` receiver of ``models.Override``,
+    connected by ``AppConfig.ready`` (the model imports nothing of this
+    module, which reads the model's rows). After the commit, so no process
+    reloads before the change is visible.
+    """
+    transaction.on_commit(notify_changed, using=using)
 
 
 def notify_changed() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -19,7 +19,6 @@ from django.dispatch import receiver
 from django_rl.algorithms.windows import quota_window
 from django_rl.backends import get_backend
 from django_rl.conf import Settings, get_settings
-from django_rl.contrib import dropin_names, dropin_policies
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError, UnknownPolicy
 from django_rl.policies.deny_cache import get_deny_cache
@@ -85,6 +84,26 @@ def build_policy(
         build=build,
         shadow=parsed.shadow or settings.shadow,
     )
+
+
+def _no_dropins() -> list[Policy]:
+    return []
+
+
+#: The drop-ins' policies known in this process (``contrib.dropin_policies``,
+#: handed over by ``AppConfig.ready``: the drop-ins sit above the registry).
+dropin_policies: Callable[[], list[Policy]] = _no_dropins
+
+
+def use_dropins(listing: Callable[[], list[Policy]]) -> None:
+    """Take ``listing()``: the policies the drop-ins know of (never raises)."""
+    global dropin_policies
+    dropin_policies = listing
+
+
+def dropin_names() -> list[str]:
+    """Return the names of the drop-ins' policies, sorted, each once."""
+    return sorted({policy.name for policy in dropin_policies()})
 
 
 _registered: dict[str, Mapping[str, Any]] = {}
