@@ -8,9 +8,10 @@ fixture). Nothing copies a setting at import time.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
@@ -146,10 +147,57 @@ def get_settings() -> Settings:
     )
 
 
+F = TypeVar("F", bound=Callable[[], object])
+
+#: The settings generation: bumped whenever Django says a setting django_rl
+#: reads changed (``override_settings``, pytest-django's ``settings``). Caches
+#: built from settings are forgotten by :func:`forget_on_change`, or compare
+#: the generation they were built under with this one.
+generation = 0
+#: What each cache watches: (forget, names; a name ending in ``*`` is a prefix).
+_forgetters: list[tuple[Callable[[], object], tuple[str, ...]]] = []
+_forgetting = threading.Lock()
+
+
+def forget_on_change(forget: F, *settings: str) -> F:
+    """Call ``forget()`` whenever one of ``settings`` changes (default ``DJANGO_RL``).
+
+    The one ``setting_changed`` receiver of django_rl calls them, in the
+    order they were registered: a module that caches what the settings say
+    registers its cache's ``cache_clear`` (or a function) once, at import.
+    Returns ``forget``, so it can be used as a decorator.
+    """
+    with _forgetting:
+        _forgetters.append((forget, settings or ("DJANGO_RL",)))
+    return forget
+
+
+def _watches(names: tuple[str, ...], setting: str) -> bool:
+    return any(
+        setting == name or (name.endswith("*") and setting.startswith(name[:-1])) for name in names
+    )
+
+
 @receiver(setting_changed)
-def _reload_settings(*, setting: str, **kwargs: object) -> None:
-    if setting == "DJANGO_RL":
-        get_settings.cache_clear()
+def _settings_changed(*, setting: str, **kwargs: object) -> None:
+    global generation
+    with _forgetting:
+        due = [forget for forget, names in _forgetters if _watches(names, setting)]
+        if due:
+            generation += 1
+    for forget in due:
+        forget()
 
 
-__all__ = ["DEFAULTS", "ConfigurationError", "Settings", "get_settings", "raw_settings"]
+forget_on_change(get_settings.cache_clear)
+
+
+__all__ = [
+    "DEFAULTS",
+    "ConfigurationError",
+    "Settings",
+    "forget_on_change",
+    "generation",
+    "get_settings",
+    "raw_settings",
+]

@@ -6,13 +6,12 @@ import threading
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 from django.utils.module_loading import import_string
 from redis import Redis
 
 from django_rl.backends.base import Backend
 from django_rl.backends.node import RedisNode
+from django_rl.conf import forget_on_change
 from django_rl.exceptions import ConfigurationError
 
 #: The django-redis client class that makes an alias a Redis Cluster.
@@ -102,7 +101,4 @@ def _make_backend(alias: str) -> Backend:
     return RedisBackend(alias)
 
 
-@receiver(setting_changed)
-def _forget_backends(*, setting: str, **kwargs: object) -> None:
-    if setting == "CACHES":
-        _backends.clear()
+forget_on_change(_backends.clear, "CACHES")

@@ -30,10 +30,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 
-from django_rl.conf import get_settings
+from django_rl.conf import forget_on_change, get_settings
 from django_rl.core.keys import SAFE_NAME
 from django_rl.core.rates import Rate, RateError, parse_rate
 from django_rl.core.urlconf import PerURLconf
@@ -174,12 +172,13 @@ def _scope_and_rate(drf: Any, throttle_class: Any, view: Any) -> tuple[str | Non
     return (throttle.scope, getattr(throttle, "rate", None) or throttle.get_rate())
 
 
-@receiver(setting_changed)
-def _forget_policies(*, setting: str, **kwargs: object) -> None:
-    # The policies hold the connection, the key prefix and fail_open.
-    if setting in ("DJANGO_RL", "CACHES"):
-        with _building:
-            _policies.clear()
+def _forget_policies() -> None:
+    with _building:
+        _policies.clear()
+
+
+# The policies hold the connection, the key prefix and fail_open.
+forget_on_change(_forget_policies, "DJANGO_RL", "CACHES")
 
 
 __all__ = ["ALGORITHM", "built_policy", "known_policies", "policy_for", "policy_name"]

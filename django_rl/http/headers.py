@@ -29,11 +29,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 from django.http.response import HttpResponseBase, ResponseHeaders
 
-from django_rl.conf import get_settings
+from django_rl.conf import forget_on_change, get_settings
 from django_rl.core.decision import Decision
 
 
@@ -286,13 +284,14 @@ def _policy_item(name: str, limit: int, window: int | None) -> str:
     return item if window is None else f"{item};w={window}"
 
 
-@receiver(setting_changed)
-def _forget_policy_items(*, setting: str, **kwargs: object) -> None:
+def _forget_policy_items() -> None:
     global _last
-    if setting == "DJANGO_RL":
-        _policy_item.cache_clear()
-        _ietf_parts.cache_clear()
-        _last = None
+    _policy_item.cache_clear()
+    _ietf_parts.cache_clear()
+    _last = None
+
+
+forget_on_change(_forget_policy_items)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -62,9 +62,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from django.core.signals import setting_changed
-from django.dispatch import receiver
-
+from django_rl.conf import forget_on_change
 from django_rl.core.decision import Decision
 from django_rl.core.keys import safe_identity
 from django_rl.docs_urls import doc_url
@@ -446,11 +444,12 @@ def _read_enabled() -> bool:
     return _enabled
 
 
-@receiver(setting_changed)
-def _reread(*, setting: str, **kwargs: object) -> None:
+def _reread() -> None:
     global _enabled
-    if setting == "DJANGO_RL":
-        _enabled = None
+    _enabled = None
+
+
+forget_on_change(_reread)
 
 
 #: Seconds an exiting process waits for the thread's flush under way.

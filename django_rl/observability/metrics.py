@@ -52,10 +52,9 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
+from django_rl.conf import forget_on_change
 from django_rl.core.decision import Decision
 from django_rl.observability.counts import (
     FLUSH_INTERVAL,
@@ -123,12 +122,13 @@ def metrics() -> Metrics | None:
     return _metrics
 
 
-@receiver(setting_changed)
-def _reread(*, setting: str, **kwargs: object) -> None:
+def _reread() -> None:
     global _enabled, _ready
-    if setting == "DJANGO_RL":
-        _ready = False
-        _enabled = None
+    _ready = False
+    _enabled = None
+
+
+forget_on_change(_reread)
 
 
 def _before_fork() -> None:

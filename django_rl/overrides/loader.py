@@ -37,13 +37,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from django.core.signals import setting_changed
 from django.db import transaction
-from django.dispatch import receiver
 from redis.exceptions import RedisError
 
 from django_rl.backends import RedisNode, get_backend
-from django_rl.conf import get_settings
+from django_rl.conf import forget_on_change, get_settings
 from django_rl.core.identities import AddressForm
 from django_rl.overrides.rules import DEFAULT_FORM, PolicyRules, Row, build_rules
 
@@ -365,10 +363,9 @@ def notify_changed() -> None:
         )
 
 
-@receiver(setting_changed)
-def _settings_changed(*, setting: str, **kwargs: object) -> None:
-    # RATELIMIT_* (the masks) and REST_FRAMEWORK: how the drop-ins write addresses.
-    if setting in (
-        "DJANGO_RL", "CACHES", "DATABASES", "INSTALLED_APPS", "REST_FRAMEWORK", "ROOT_URLCONF",
-    ) or setting.startswith("RATELIMIT_"):  # fmt: skip
-        LOADER.settings_changed()
+# RATELIMIT_* (the masks) and REST_FRAMEWORK: how the drop-ins write addresses.
+forget_on_change(
+    LOADER.settings_changed,
+    "DJANGO_RL", "CACHES", "DATABASES", "INSTALLED_APPS", "REST_FRAMEWORK", "ROOT_URLCONF",
+    "RATELIMIT_*",
+)  # fmt: skip

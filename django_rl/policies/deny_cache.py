@@ -45,10 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.core.signals import setting_changed
-from django.dispatch import receiver
-
-from django_rl.conf import get_settings
+from django_rl.conf import forget_on_change, get_settings
 from django_rl.core.decision import Decision
 from django_rl.policies import reset_epoch
 
@@ -340,8 +337,5 @@ def get_deny_cache() -> DenyCache | None:
     )
 
 
-@receiver(setting_changed)
-def _forget_deny_cache(*, setting: str, **kwargs: object) -> None:
-    # CACHES too: the same keys on another Redis say nothing about this one.
-    if setting in ("DJANGO_RL", "CACHES"):
-        get_deny_cache.cache_clear()
+# CACHES too: the same keys on another Redis say nothing about this one.
+forget_on_change(get_deny_cache.cache_clear, "DJANGO_RL", "CACHES")

@@ -46,10 +46,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.core.signals import setting_changed
-from django.dispatch import receiver
-
-from django_rl.conf import get_settings
+from django_rl.conf import forget_on_change, get_settings
 from django_rl.core.decision import Decision
 from django_rl.core.keys import safe_identity
 from django_rl.core.rates import RateError, parse_rate
@@ -354,7 +351,4 @@ def get_fallback_store() -> FallbackStore:
     return FallbackStore(get_settings().fallback_max_identities)
 
 
-@receiver(setting_changed)
-def _forget_store(*, setting: str, **kwargs: object) -> None:
-    if setting == "DJANGO_RL":
-        get_fallback_store.cache_clear()
+forget_on_change(get_fallback_store.cache_clear)

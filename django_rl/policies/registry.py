@@ -13,12 +13,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from django.core.signals import setting_changed
-from django.dispatch import receiver
-
 from django_rl.algorithms.windows import quota_window
 from django_rl.backends import get_backend
-from django_rl.conf import Settings, get_settings
+from django_rl.conf import Settings, forget_on_change, get_settings
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError, UnknownPolicy
 from django_rl.policies.deny_cache import get_deny_cache
@@ -309,11 +306,8 @@ def policy_window(name: str) -> int | None:
         return None
 
 
-@receiver(setting_changed)
-def _forget_policies(*, setting: str, **kwargs: object) -> None:
-    if setting in ("DJANGO_RL", "CACHES"):
-        get_policy.cache_clear()
-        inline_policy.cache_clear()
+forget_on_change(get_policy.cache_clear, "DJANGO_RL", "CACHES")
+forget_on_change(inline_policy.cache_clear, "DJANGO_RL", "CACHES")
 
 
 __all__ = [

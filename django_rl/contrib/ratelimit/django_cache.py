@@ -23,10 +23,8 @@ import threading
 import time
 
 from django.core.cache import caches
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 
-from django_rl.conf import get_settings
+from django_rl.conf import forget_on_change, get_settings
 from django_rl.contrib.ratelimit import conf
 from django_rl.core.rates import Rate
 
@@ -94,11 +92,12 @@ def _key(group: str, methods: str, rate: Rate, value: str, window: int) -> str:
     return f"{get_settings().key_prefix}:django-ratelimit:{digest}"
 
 
-@receiver(setting_changed)
-def _forget_aliases(*, setting: str, **kwargs: object) -> None:
-    if setting == "CACHES":
-        with _lock:
-            _redis_aliases.clear()
+def _forget_aliases() -> None:
+    with _lock:
+        _redis_aliases.clear()
+
+
+forget_on_change(_forget_aliases, "CACHES")
 
 
 __all__ = ["EXPIRATION_FUDGE", "count", "is_django_redis"]

@@ -18,8 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from django.core.signals import setting_changed
-from django.dispatch import receiver
+from django_rl.conf import forget_on_change
 
 logger = logging.getLogger("django_rl")
 
@@ -64,7 +63,4 @@ def answered() -> None:
     failing = None
 
 
-@receiver(setting_changed)
-def _new_caches(*, setting: str, **kwargs: object) -> None:
-    if setting in ("CACHES", "RATELIMIT_USE_CACHE"):
-        answered()
+forget_on_change(answered, "CACHES", "RATELIMIT_USE_CACHE")

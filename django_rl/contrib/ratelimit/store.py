@@ -36,15 +36,13 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import InvalidCacheBackendError
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 from redis.exceptions import RedisError
 
 from django_rl.algorithms import ParameterError
 from django_rl.algorithms.base import read_now
 from django_rl.algorithms.fixed_window import FixedWindow
 from django_rl.backends import RedisNode, get_backend
-from django_rl.conf import get_settings
+from django_rl.conf import forget_on_change, get_settings
 from django_rl.contrib.ratelimit import conf, django_cache
 from django_rl.contrib.ratelimit.discovery import url_groups
 from django_rl.core.rates import MAX_COUNT, Rate, RateError, parse_rate
@@ -266,7 +264,4 @@ def forget_policies() -> None:
         _variant.cache_clear()
 
 
-@receiver(setting_changed)
-def _forget_policies(*, setting: str, **kwargs: object) -> None:
-    if setting in ("CACHES", "DJANGO_RL"):
-        forget_policies()
+forget_on_change(forget_policies, "CACHES", "DJANGO_RL")
