@@ -314,7 +314,7 @@ def _wrap(
                 if denied is not None:
                     return denied
             else:
-                engine.unlimited(request)  # (no thread for a method the limit does not count)
+                engine.not_limited(request)  # (no thread for a method the limit does not count)
             if not held:
                 response = await view(*args, **kwargs)
                 write_headers(response, recorded(request))

@@ -111,7 +111,7 @@ def _noting(view: Callable[..., Any], limit: Limit, *, request_index: int) -> An
                 # A subclass may override perform_authentication without
                 # calling super(): its own needs the hook (once; then a getattr).
                 hook(type(args[0]))
-            engine.unlimited(request)  # the view reads it even if no limit applies
+            engine.not_limited(request)  # the view reads it even if no limit applies
             setattr(request, NOTED, (*getattr(request, NOTED, ()), limit))
         return view(*args, **kwargs)
 

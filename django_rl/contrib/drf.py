@@ -37,7 +37,7 @@ from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.backends.given_time import decisions_at
 from django_rl.conf import get_settings
 from django_rl.contrib.drf_cache import ThrottleLogs, ThrottleLogsDescriptor, change_log
-from django_rl.contrib.drf_policies import built_policy, policy_for
+from django_rl.contrib.drf_policies import policy_for
 from django_rl.core import installed
 from django_rl.core.decision import Decision
 from django_rl.core.identities import _normalize_address
@@ -46,7 +46,7 @@ from django_rl.core.rates import parse_rate as parse_rate_text
 from django_rl.core.recording import record
 from django_rl.http.headers import write_headers
 from django_rl.observability.denials import report_denial
-from django_rl.overrides.loader import LOADER, rules_for
+from django_rl.overrides.loader import rules_for
 
 __all__ = [
     "AnonRateThrottle",
@@ -213,15 +213,11 @@ class SimpleRateThrottle(BaseThrottle):
         num_requests, duration = self.num_requests, self.duration
         if num_requests is None or duration is None:  # set by hand to None: DRF would fail
             return True
-        # policy_for, its usual case inline: this runs on every request.
-        policy = built_policy((self.scope, num_requests, duration))
-        if policy is None:
-            policy = policy_for(self.scope, num_requests, duration)
+        policy = policy_for(self.scope, num_requests, duration)
         timer: Callable[[], float] = self.timer  # type: ignore[misc]  # an instance's, bound or not
         now = self.now = timer()
-        # rules_for, inline: this runs on every request. Only a policy with
-        # overrides needs the address the cache key stands for.
-        rules = LOADER.rules.get(policy.name) if LOADER.started else rules_for(policy.name)
+        # Only a policy with overrides needs the address the cache key stands for.
+        rules = rules_for(policy.name)
         also = None if rules is None else address_identity(self, request, key)
         if timer is time.time:
             decision = policy.hit(key, also=also)

@@ -101,7 +101,7 @@ class Limit:
         :raises ConfigurationError: for a policy that is missing or invalid.
         """
         if self.methods is not None and request.method not in self.methods:
-            return Verdict((), (), unlimited(request))
+            return Verdict((), (), not_limited(request))
         one = self._one
         if one is None:
             decisions = hit_all(request, self.policies(), self.cost)
@@ -165,7 +165,7 @@ def _hit_weighted(
     # request is identified once per function, not once per policy.
     known: dict[Any, str | None] = {}
     for index, (policy, cost) in enumerate(weighted):
-        if policy.unlimited:
+        if policy.limits_nothing:
             continue  # rate None: applies to no request, never identifies one
         try:
             identify = policy.identify
@@ -224,7 +224,7 @@ def hit_many(hits: Iterable[tuple[Policy | str, str, int]]) -> list[Decision]:
     ]
 
 
-def unlimited(request: Any) -> list[Decision]:
+def not_limited(request: Any) -> list[Decision]:
     """Record no Decision on ``request`` (it is not limited); return all it has.
 
     Sets ``request.limited`` (``False``) and its Decisions (none) if no

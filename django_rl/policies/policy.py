@@ -151,7 +151,7 @@ class Policy(PolicyShape):
 
         :raises ValueError: if ``cost`` is not a whole number of at least 1.
         """
-        if self.unlimited:
+        if self.limits_nothing:
             return None
         if identity is None:
             identity = self.identify(request)
@@ -169,7 +169,7 @@ class Policy(PolicyShape):
 
         ``None``: no limit applies. Give the Decision to :meth:`report_request`.
         """
-        if self.unlimited:
+        if self.limits_nothing:
             return None
         if identity is None:
             identity = self.identify(request)

@@ -64,7 +64,7 @@ class PolicyShape:
         elif rates is None:
             raise TypeError("a Policy needs an algorithm, or rates chosen per request")
         #: ``rate: None``: the front doors skip the policy (:meth:`hit_request`).
-        self.unlimited = isinstance(algorithm, Unlimited)
+        self.limits_nothing = isinstance(algorithm, Unlimited)
 
     def __repr__(self) -> str:
         if self._variant is None:
