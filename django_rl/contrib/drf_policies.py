@@ -47,10 +47,6 @@ MODULE = "django_rl.contrib.drf."
 
 _policies: dict[tuple[str | None, int, int], Policy] = {}
 _building = threading.Lock()
-#: ``built_policy((scope, limit, period))``: the policy :func:`policy_for`
-#: built for it, or ``None``. The dict's own ``get`` (no Python frame): the
-#: drop-in asks on every request. (The dict is only ever cleared, never replaced.)
-built_policy = _policies.get
 
 
 def policy_name(scope: str | None) -> str:
@@ -181,4 +177,4 @@ def _forget_policies() -> None:
 forget_on_change(_forget_policies, "DJANGO_RL", "CACHES")
 
 
-__all__ = ["ALGORITHM", "built_policy", "known_policies", "policy_for", "policy_name"]
+__all__ = ["ALGORITHM", "known_policies", "policy_for", "policy_name"]

@@ -27,12 +27,11 @@ import functools
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
-
-from django.http.response import HttpResponseBase, ResponseHeaders
+from typing import Protocol
 
 from django_rl.conf import forget_on_change, get_settings
 from django_rl.core.decision import Decision
+from django_rl.http._speedups import forget_memo, header_store, memoized_values
 
 
 class HeaderTarget(Protocol):
@@ -58,9 +57,9 @@ def write_headers(target: HeaderTarget, decisions: Sequence[Decision]) -> None:
     if mode is None:
         return
     if isinstance(target, dict):  # DRF's view.headers is a plain dict
-        target.update(_values(decisions, mode))
+        target.update(memoized_values(decisions, mode, header_values))
         return
-    store = _store_of(target)
+    store = header_store(target)
     if store is not None and mode == "ietf" and len(decisions) == 1:
         # One Decision, the usual request: straight into the response's
         # headers, from the parts its policy's values share.
@@ -72,80 +71,13 @@ def write_headers(target: HeaderTarget, decisions: Sequence[Decision]) -> None:
                 store["ratelimit"] = ("RateLimit", rate_value)
             setattr(target, _WRITTEN_FOR, 1)
             return
-    for name, value in _values(decisions, mode).items():
+    for name, value in memoized_values(decisions, mode, header_values).items():
         if store is not None and value.isascii() and "\n" not in value and "\r" not in value:
             # What HttpResponse.__setitem__ stores, its checks made here.
             store[name.lower()] = (name, value)
         else:
             target[name] = value
     setattr(target, _WRITTEN_FOR, len(decisions))
-
-
-def _store_of(target: Any) -> dict[str, tuple[str, str]] | None:
-    """Return the dict behind ``target.headers`` if they are Django's ``ResponseHeaders``.
-
-    ``HttpResponse.__setitem__`` checks a header (an ASCII name, a Latin-1
-    value without a line break) and stores ``(name, value)`` under the name
-    in lower case: 4 calls a header, about 1 µs each on a decision's path.
-    Our names are ASCII, and each value is checked before it is stored
-    directly; a response of another kind (one whose class sets headers its
-    own way too), or a Django whose headers are stored otherwise
-    (:data:`_DIRECT`, checked once), gets ``target[name] = value``.
-    """
-    headers = getattr(target, "headers", None)
-    if (
-        _DIRECT
-        and type(headers) is ResponseHeaders
-        and type(target).__setitem__ is HttpResponseBase.__setitem__
-    ):
-        store = getattr(headers, "_store", None)
-        if type(store) is dict:
-            return store
-    return None
-
-
-def _stores_as_expected() -> bool:
-    """Return whether Django's ``ResponseHeaders`` stores a header as :func:`write_headers` does."""
-    try:
-        headers = ResponseHeaders({})
-        headers["RateLimit"] = '"x";r=1;t=2'
-        return getattr(headers, "_store", None) == {"ratelimit": ("RateLimit", '"x";r=1;t=2')}
-    except Exception:  # any other shape: write through __setitem__
-        return False
-
-
-_DIRECT = _stores_as_expected()
-
-
-#: The Decisions (kept, so compared by identity), the mode and the headers last written.
-_last: tuple[tuple[Decision, ...], str, dict[str, str]] | None = None
-
-
-def _values(decisions: Sequence[Decision], mode: str) -> dict[str, str]:
-    """Return :func:`header_values`, made once for the same Decisions written again.
-
-    DRF's path writes a request's headers twice: into the view's ``headers``,
-    then ``RateLimitMiddleware`` onto the response. The second time the same
-    Decision objects come, and get the same values. Not for ``legacy`` and
-    ``both``: ``X-RateLimit-Reset`` is read from the clock each time.
-    """
-    global _last
-    last = _last  # one read: other threads may replace it
-    if (
-        last is not None
-        and last[1] == mode
-        and len(last[0]) == len(decisions)
-        and (
-            last[0][0] is decisions[0]
-            if len(decisions) == 1
-            else all(a is b for a, b in zip(last[0], decisions, strict=True))
-        )
-    ):
-        return last[2]
-    values = header_values(decisions, mode)
-    if mode == "ietf":
-        _last = (tuple(decisions), mode, values)
-    return values
 
 
 def header_values(decisions: Sequence[Decision], mode: str) -> dict[str, str]:
@@ -194,7 +126,7 @@ def _one_ietf_values(decision: Decision) -> tuple[str | None, str | None, bool]:
     """Return one Decision's ``RateLimit-Policy`` and ``RateLimit`` values (``None``: not sent).
 
     And whether both may be stored without Django's checks (ASCII, no line
-    break: see :func:`_store_of`). A shadow policy sends neither; a
+    break: see ``_speedups.header_store``). A shadow policy sends neither; a
     degraded allowed Decision only ``RateLimit-Policy`` (see
     :func:`header_values`).
     """
@@ -285,10 +217,9 @@ def _policy_item(name: str, limit: int, window: int | None) -> str:
 
 
 def _forget_policy_items() -> None:
-    global _last
     _policy_item.cache_clear()
     _ietf_parts.cache_clear()
-    _last = None
+    forget_memo()
 
 
 forget_on_change(_forget_policy_items)
