@@ -151,15 +151,12 @@ class Policy(PolicyShape):
 
         :raises ValueError: if ``cost`` is not a whole number of at least 1.
         """
-        if self.limits_nothing:
+        prepared = self.prepare_request(request, cost, identity=identity)
+        if prepared is None:
             return None
-        if identity is None:
-            identity = self.identify(request)
-            if identity is None:
-                return None
-        made = self._decide(identity, cost, request, None, strict=False)
-        if made is None:
-            return None
+        identity, made = prepared
+        if type(made) is Pending:
+            made = self.ask(made)
         return self.report_request(request, identity, made)  # type: ignore[arg-type]  # asked
 
     def prepare_request(
