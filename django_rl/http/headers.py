@@ -135,7 +135,7 @@ def _one_ietf_values(decision: Decision) -> tuple[str | None, str | None, bool]:
     policy_value, prefix, direct = _ietf_parts(decision.policy, decision.limit, decision.window)
     if decision.allowed and decision.degraded and not decision.fallback:
         return policy_value, None, direct  # no count to report (fail_open)
-    # effective_window, inline: this runs on nearly every response.
+    # What effective_window does, written out: this runs on nearly every response.
     wait = math.ceil(decision.reset_after) if decision.allowed else decision.retry_after_header
     return policy_value, f"{prefix}{decision.remaining};t={wait}", direct
 

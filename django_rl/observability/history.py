@@ -114,7 +114,7 @@ class Recorder:
 
         Never raises: a decision calls it.
         """
-        # field_of, inline for the usual answer: this runs on every decision.
+        # The usual answer without calling field_of: this runs on every decision.
         self.count(policy, "a" if decision.allowed else field_of(decision), identity)
 
     def count(self, policy: str, field: str, identity: str | None) -> None:
@@ -304,7 +304,7 @@ atexit.register(RECORDER.at_exit)
 
 def record(policy: str, decision: Decision, identity: str | None = None) -> None:
     """Count one decision of ``policy`` in this process (see the module); never raises."""
-    # Recorder.record, inline: this runs on every decision.
+    # What Recorder.record does, written out: this runs on every decision.
     RECORDER.count(policy, "a" if decision.allowed else field_of(decision), identity)
 
 

@@ -158,8 +158,8 @@ os.register_at_fork(
 
 def count_decision(policy: str, decision: Decision) -> None:
     """Count one decision of ``policy`` (see the module)."""
-    # metrics(), result_of and Metrics.count_decision, inline for the usual
-    # case: this runs on every decision.
+    # What metrics(), result_of and Metrics.count_decision do, written out
+    # for the usual case: this runs on every decision.
     found = _metrics if _ready else metrics()
     if found is not None:
         allowed = decision.allowed and not decision.degraded
