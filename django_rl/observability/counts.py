@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from django_rl.core.decision import Decision
+from django_rl.observability._speedups import Adder, histogram_adder
 
 #: ``result`` labels of ``django_rl_decisions_total``.
 RESULTS = ("allowed", "denied", "shadow_denied", "degraded_allowed", "degraded_denied")
@@ -32,7 +33,8 @@ class PendingLatencies:
 
     One lock for the whole observation, where the histogram takes one per
     bucket it touches and one for its sum: the decision pays for a bisect
-    and two adds; :meth:`flush` pays the histogram's price once per bucket.
+    and two adds; :meth:`flush` pays the histogram's price once per bucket
+    (``_speedups.histogram_adder``).
     """
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
@@ -47,26 +49,14 @@ class PendingLatencies:
             self._counts[index] += 1
             self._sum += seconds
 
-    def flush(self, histogram: Any) -> None:
-        """Add what is pending to ``histogram`` (a ``prometheus_client.Histogram``)."""
+    def flush(self, add: Adder) -> None:
+        """Hand what is pending to ``add`` (``_speedups.histogram_adder``'s), and start afresh."""
         with self._lock:
             counts, total = self._counts, self._sum
             if not any(counts):
                 return
             self._counts, self._sum = [0] * len(counts), 0.0
-        buckets = getattr(histogram, "_buckets", None)
-        if buckets is not None and len(buckets) == len(counts) and hasattr(histogram, "_sum"):
-            # prometheus_client's own per-bucket values: one add per bucket.
-            histogram._sum.inc(total)
-            for bucket, count in zip(buckets, counts, strict=True):
-                if count:
-                    bucket.inc(count)
-            return
-        # Another layout: observe each at its bucket's mean (the sum stays exact).
-        mean = total / sum(counts)
-        for count in counts:
-            for _ in range(count):
-                histogram.observe(mean)
+        add(counts, total)
 
 
 def result_of(decision: Decision) -> str:
@@ -125,6 +115,7 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=None,
         )
+        self._add_latencies = histogram_adder(self.redis_seconds, LATENCY_BUCKETS)
         self._children: dict[tuple[object, ...], Any] = {}
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
@@ -203,7 +194,7 @@ class Metrics:
             self.child(self.deny_cache, policy).inc(n)
         for kind, n in errors.items():
             self.child(self.redis_errors, kind).inc(n)
-        self.pending.flush(self.redis_seconds)
+        self.pending.flush(self._add_latencies)
 
     def _flush_forever(self) -> None:
         while True:
@@ -264,22 +255,24 @@ class Collector:
         return self.metrics.describe()
 
 
-def _register(registry: Any, collector: Collector) -> None:
-    """Register ``collector`` in ``registry``, in place of an earlier :class:`Collector`.
+#: The :class:`Collector` this module registered last, and the registry it is in.
+_registered: tuple[Any, Collector] | None = None
 
-    prometheus_client refuses two collectors of the same names. An earlier
-    one of ours (``metrics.py`` reloaded, as a test that hides
-    prometheus_client does) is replaced, so counting goes on; a conflict
-    with anything else raises.
+
+def _register(registry: Any, collector: Collector) -> None:
+    """Register ``collector`` in ``registry``, in place of the :class:`Collector` registered before.
+
+    prometheus_client refuses two collectors of the same names. The one
+    this module registered before (``metrics.py`` reloaded, as a test that
+    hides prometheus_client does, makes new metrics) is replaced, so
+    counting goes on; a conflict with anything else raises.
     """
+    global _registered
     try:
         registry.register(collector)
-        return
     except ValueError:
-        names = getattr(registry, "_names_to_collectors", {})
-        earlier = names.get("django_rl_decisions_total")
-        kind = type(earlier)
-        if (kind.__module__, kind.__qualname__) != (__name__, "Collector"):
+        if _registered is None or _registered[0] is not registry:
             raise
-    registry.unregister(earlier)
-    registry.register(collector)
+        registry.unregister(_registered[1])
+        registry.register(collector)
+    _registered = (registry, collector)
