@@ -5,7 +5,9 @@
 Starts its own redis-server on a free port (and stops it), then measures:
 
 1. speed: µs per allowed decision (median of interleaved rounds, p25-p75),
-   ratio to PING and to the row's raw floor, commands and round trips; and
+   ratio to PING, to one INCRBY on the same kept connection (the yardstick
+   throttled-py publishes: its limiters at 1.06-1.37x of INCRBY) and to the
+   row's raw floor, commands and round trips; and
    an inline policy (``@ratelimit(rate=...)``) against the named one (ratio);
    and the outage fallback: a local decision beside a Redis-backed one, and a
    Redis-backed one with ``fallback_rate`` set (``bench/fallback.py``);
@@ -32,7 +34,7 @@ from typing import Any
 from bench import observability, overrides
 from bench.fallback import fallback
 from bench.flood import flood, flood_rows, sustained, sustained_row
-from bench.limiters import INLINE_ROW, LIMITERS, NAMED_ROW, Limiter
+from bench.limiters import ALGORITHMS, INCRBY_ROW, INLINE_ROW, LIMITERS, NAMED_ROW, Limiter
 from bench.measure import (
     alternating,
     commands_and_round_trips,
@@ -155,6 +157,7 @@ def speed(admin: Any, *, rounds: int, batch: int) -> tuple[dict[str, Any], dict[
             "group": limiter.group,
             **samples[limiter.name].summary(),
             "ping_ratio": ratio(samples, limiter.name, "PING"),
+            "incrby_ratio": ratio(samples, limiter.name, INCRBY_ROW),
             "floor": limiter.floor,
             "floor_ratio": ratio(samples, limiter.name, limiter.floor) if limiter.floor else None,
             "commands": commands,
@@ -169,12 +172,14 @@ def speed(admin: Any, *, rounds: int, batch: int) -> tuple[dict[str, Any], dict[
             "p25-p75",
             "CPU µs",
             "x PING",
+            "x INCRBY",
             "x raw floor",
             "commands",
             "round trips",
         ],
         [_speed_row(name, row) for name, row in results.items()],
     )
+    print_incrby_yardstick(results)
     # The two rows alone, decision by decision, each call's row drawn at
     # random: where a row's batch sits among the others of a round (after a
     # peer that leaves the caches cold, right after a collection) moves a
@@ -220,10 +225,25 @@ def _speed_row(name: str, row: dict[str, Any]) -> list[str]:
         f"{row['p25_us']:.1f}-{row['p75_us']:.1f}",
         f"{row['cpu_median_us']:.1f}",
         f"{row['ping_ratio']:.2f}",
+        f"{row['incrby_ratio']:.2f}",
         f"{row['floor_ratio']:.3f}" if row["floor_ratio"] else "",
         f"{row['commands']:g}",
         f"{row['round_trips']:g}",
     ]
+
+
+def print_incrby_yardstick(results: dict[str, Any]) -> None:
+    """Print each algorithm's ``Policy.hit`` as a multiple of one INCRBY (throttled-py's way)."""
+    parts = [
+        f"{algorithm} {results[f'{algorithm}: Policy.hit']['incrby_ratio']:.2f}x"
+        for algorithm in ALGORITHMS
+    ]
+    incrby_us = results[INCRBY_ROW]["median_us"]
+    print(
+        f"\nPolicy.hit as a multiple of one INCRBY on the same kept connection "
+        f"({incrby_us:.1f} µs; median of per-round ratios): {', '.join(parts)} "
+        f"(throttled-py publishes 1.06-1.37x for its limiters, measured its own way)"
+    )
 
 
 def memory(admin: Any) -> dict[str, Any]:

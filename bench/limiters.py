@@ -7,7 +7,8 @@ tables for the raw floors) in ``build``, outside the timed calls.
 
 Rows:
 
-* floors: PING on an ordinary (pooled) redis-py client, the yardstick; PING
+* floors: PING on an ordinary (pooled) redis-py client, the yardstick; PING,
+  one ``INCRBY`` (the yardstick throttled-py publishes its limiters against)
   and EVALSHA of a trivial script on django_rl's client (a connection kept per
   thread); the raw redis-py call of each django_rl algorithm (its own Lua
   script by EVALSHA, or its MULTI pipeline) on that client with the keys
@@ -89,6 +90,17 @@ def ping(limit: int, addresses: Sequence[str]) -> Decide:
 def ping_kept(limit: int, addresses: Sequence[str]) -> Decide:
     client = _client()
     return lambda i: bool(client.ping())
+
+
+#: One INCRBY on django_rl's kept connection: the cheapest write a limiter can make.
+INCRBY_ROW = "INCRBY on django_rl's kept connection"
+
+
+def incrby(limit: int, addresses: Sequence[str]) -> Decide:
+    """One ``INCRBY`` of a key per client on the connection ``Policy.hit`` uses."""
+    client = _client()
+    keys = [f"bench:incrby:{{ip:{address}}}" for address in addresses]
+    return lambda i: client.incrby(keys[i], 1) <= limit
 
 
 def trivial_script(limit: int, addresses: Sequence[str]) -> Decide:
@@ -242,6 +254,7 @@ RAW = {
 LIMITERS: list[Limiter] = [
     Limiter("PING", "floor", ping),
     Limiter("PING on django_rl's kept connection", "floor", ping_kept),
+    Limiter(INCRBY_ROW, "floor", incrby),
     Limiter("raw EVALSHA of `return 1`", "floor", trivial_script),
     Limiter(RAW["fixed_window"], "floor", raw_fixed_window),
     Limiter("raw EVALSHA of the same as Lua (not used)", "floor", lua_fixed_window),
