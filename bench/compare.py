@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         if problem:
             print(f"--{side} {checkout}: {problem}", file=sys.stderr)
             return 2
+    signal.signal(signal.SIGTERM, _interrupted)  # stop as Ctrl-C does: the bench cleans up
     started = time.monotonic()
     results = compare(checkouts, benches, options, runs)
     results["seconds"] = round(time.monotonic() - started, 1)
@@ -85,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     print(f"JSON: {args.json}")
     return 0
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def environment(checkout: Path) -> dict[str, str]:
@@ -142,14 +148,28 @@ def run_bench(checkout: Path, bench: str, options: list[str], scratch: Path) -> 
     """Run ``python -m bench.<bench>`` of ``checkout``; return its JSON (its output on failure)."""
     out = scratch / f"{bench}.json"
     command = [sys.executable, "-m", f"bench.{bench}", *options, "--json", str(out)]
-    done = subprocess.run(
+    child = subprocess.Popen(
         command,
         cwd=checkout,
         env=environment(checkout),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        check=False,
     )
+    try:
+        stdout, stderr = child.communicate()
+    except BaseException:
+        # Interrupted (Ctrl-C, or SIGTERM: main turns it into KeyboardInterrupt):
+        # SIGINT lets the bench stop the redis-server and gunicorn it started;
+        # SIGKILL only if it does not end within 30 s.
+        child.send_signal(signal.SIGINT)
+        try:
+            child.wait(30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        raise
+    done = subprocess.CompletedProcess(command, child.returncode, stdout, stderr)
     if done.returncode != 0 or not out.is_file():
         raise RuntimeError(
             f"{shlex.join(command)} in {checkout} exited {done.returncode}:\n"
