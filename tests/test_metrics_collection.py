@@ -174,7 +174,7 @@ def test_pending_counts_at_the_fork_are_counted_once_by_the_parent():
     assert registry_value("c-fork", "allowed") == base + 2  # the parent counts its own, once
 
 
-@pytest.mark.parametrize("lock", ["_counting", "_lock", "_flushing", "pending"])
+@pytest.mark.parametrize("lock", ["counting", "_lock", "_flushing", "pending"])
 def test_a_child_never_waits_on_a_lock_held_at_the_fork(lock):
     assert hits("c-held", 1, "198.51.100.4") == [200]
     found = metrics()

@@ -81,7 +81,7 @@ class Metrics:
     of what is pending, so any collection sees every decision made before
     it, whatever the order of the registry's collectors.
 
-    Locks: ``_counting`` guards the pending counts (held for a dict add);
+    Locks: ``counting`` guards the pending counts (held for a dict add);
     ``_flushing`` is held by every flush and collection, so this process
     touches the prometheus_client metrics (and their locks) only under it,
     and a fork waits for it (:meth:`before_fork`): a child never inherits
@@ -131,9 +131,11 @@ class Metrics:
         #: Decisions by (policy, result), deny-cache answers by policy and
         #: Redis errors by kind, not yet in the counters: a dict increment
         #: under one lock, where a counter's ``inc`` costs a label lookup,
-        #: checks and a lock.
-        self._counting = threading.Lock()
-        self._decisions: dict[tuple[str, str], int] = {}
+        #: checks and a lock. ``counting`` and ``pending_decisions`` are
+        #: public: ``metrics.py``'s per-decision functions add to them
+        #: directly (a method call more would cost each decision a frame).
+        self.counting = threading.Lock()
+        self.pending_decisions: dict[tuple[str, str], int] = {}
         self._answers: dict[str, int] = {}
         self._errors: dict[str, int] = {}
 
@@ -147,15 +149,15 @@ class Metrics:
 
     def count_decision(self, policy: str, result: str) -> None:
         key = (policy, result)
-        with self._counting:
-            self._decisions[key] = self._decisions.get(key, 0) + 1
+        with self.counting:
+            self.pending_decisions[key] = self.pending_decisions.get(key, 0) + 1
 
     def count_answer(self, policy: str) -> None:
-        with self._counting:
+        with self.counting:
             self._answers[policy] = self._answers.get(policy, 0) + 1
 
     def count_error(self, kind: str) -> None:
-        with self._counting:
+        with self.counting:
             self._errors[kind] = self._errors.get(kind, 0) + 1
 
     def flush(self) -> None:
@@ -184,8 +186,8 @@ class Metrics:
 
     def _flush(self) -> None:
         """:meth:`flush`, ``_flushing`` held."""
-        with self._counting:
-            decisions, self._decisions = self._decisions, {}
+        with self.counting:
+            decisions, self.pending_decisions = self.pending_decisions, {}
             answers, self._answers = self._answers, {}
             errors, self._errors = self._errors, {}
         for (policy, result), n in decisions.items():

@@ -164,8 +164,8 @@ def count_decision(policy: str, decision: Decision) -> None:
     if found is not None:
         allowed = decision.allowed and not decision.degraded
         key = (policy, "allowed" if allowed else result_of(decision))
-        with found._counting:
-            decisions = found._decisions
+        with found.counting:
+            decisions = found.pending_decisions
             decisions[key] = decisions.get(key, 0) + 1
 
 
@@ -178,8 +178,8 @@ def count_result(policy: str, result: str) -> None:
     found = _metrics if _ready else metrics()
     if found is not None:
         key = (policy, result)
-        with found._counting:
-            decisions = found._decisions
+        with found.counting:
+            decisions = found.pending_decisions
             decisions[key] = decisions.get(key, 0) + 1
 
 
@@ -194,8 +194,8 @@ def count_decisions(decided: Iterable[tuple[str, Decision]]) -> None:
             (policy, "allowed" if d.allowed and not d.degraded else result_of(d))
             for policy, d in decided
         ]
-        with found._counting:
-            decisions = found._decisions
+        with found.counting:
+            decisions = found.pending_decisions
             for key in keys:
                 decisions[key] = decisions.get(key, 0) + 1
 
