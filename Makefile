@@ -17,6 +17,8 @@
 # the same on a Redis Cluster, one slot and three, refunds counted), in their own .venv-bench
 # with the peers installed; they start and stop their own redis-server,
 # gunicorn and wrk.
+# make bench-compare BEFORE=DIR: bench.decisions and bench.endtoend of the checkout in DIR
+# and this one, run by run, one before/after table per bench (BENCH_ARGS=--quick: 2 runs).
 
 PYTHON ?= python3
 VENV := .venv
@@ -29,7 +31,7 @@ BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 BENCH_SYSTEM_PACKAGES := redis-server=redis-server redis-benchmark=redis-tools wrk=wrk
 
-.PHONY: test test-servers lint matrix demo demo-venv bench venv system-packages clean bench-admin bench-scaling screenshot
+.PHONY: test test-servers lint matrix demo demo-venv bench bench-compare venv system-packages clean bench-admin bench-scaling screenshot
 
 test: venv system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -92,6 +94,11 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.dropin_drf $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python -m bench.stacked $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python -m bench.stacked_cluster $(BENCH_ARGS)
+
+bench-compare: $(BENCH_STAMP)
+	@test -n "$(BEFORE)" || { echo "make bench-compare BEFORE=DIR (e.g. git archive <commit> | tar -x -C DIR)"; exit 2; }
+	scripts/ensure-system-packages.sh $(BENCH_SYSTEM_PACKAGES)
+	$(BENCH_VENV)/bin/python -m bench.compare --before $(BEFORE) $(BENCH_ARGS)
 
 $(BENCH_STAMP): setup.cfg pyproject.toml
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)

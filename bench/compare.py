@@ -22,8 +22,12 @@ apart). Writes every run's results to ``--json``.
 
 ``--after`` is this checkout by default. The benches run shorter than
 alone (``bench.decisions --rounds 10 --batch 50``, ``bench.endtoend
---seconds 1 --repeats 3``): about 10 minutes for 5 runs on 2 cores;
-``--quick`` (2 runs, ``--quick`` benches) takes about 2 minutes.
+--seconds 1 --repeats 3``): 12 minutes for 5 runs on 2 cores under a load
+average of 9-18 (``bench.decisions`` 23-47 s a run, most of it its fixed
+parts: flood, over-admission, fallback); ``--quick`` (2 runs of the
+``--quick`` benches) took 3.7 minutes. Read ``x PING`` first: in an A/A
+run (two copies of one commit, load average 9-18) it stayed within 0.82-1.06
+of itself where raw µs moved up to 1.6x.
 """
 
 from __future__ import annotations
@@ -185,13 +189,15 @@ Rows = Callable[[dict[str, Any]], dict[str, dict[str, float]]]
 
 
 def decision_rows(results: dict[str, Any]) -> dict[str, dict[str, float]]:
-    rows = {
-        name: {"µs": row["median_us"], "CPU µs": row["cpu_median_us"]}
-        for name, row in results["speed"].items()
-    }
+    rows = {name: _decision_figures(row) for name, row in results["speed"].items()}
     for name, row in results.get("flood", {}).get("rows", {}).items():
-        rows[f"flood: {name}"] = {"µs": row["median_us"], "CPU µs": row["cpu_median_us"]}
+        rows[f"flood: {name}"] = _decision_figures(row)
     return rows
+
+
+def _decision_figures(row: dict[str, Any]) -> dict[str, float]:
+    # x PING, a ratio within one run, is the steadiest on a busy machine.
+    return {"µs": row["median_us"], "CPU µs": row["cpu_median_us"], "x PING": row["ping_ratio"]}
 
 
 def endtoend_rows(results: dict[str, Any]) -> dict[str, dict[str, float]]:
@@ -218,7 +224,7 @@ ROWS: dict[str, Rows] = {"decisions": decision_rows, "endtoend": endtoend_rows}
 
 
 #: Figures printed with 3 decimals (ratios); the others with 1.
-RATIOS = {"x open"}
+RATIOS = {"x open", "x PING"}
 
 
 def report(results: dict[str, Any]) -> None:
@@ -247,10 +253,21 @@ def report(results: dict[str, Any]) -> None:
             header,
             table,
         )
+    print()
+    for bench, sides in results["runs"].items():
+        for side in SIDES:
+            loads = ", ".join(f"{load_average(r):.1f}" for r in sides[side])
+            print(f"bench.{bench}, {side}: load average (1 min) at each run's start: {loads}")
     print(
         f"\nbefore: {results['checkouts']['before']}; after: {results['checkouts']['after']}. "
         "after / before: the median of each run's own ratio (< 1: fewer µs, fewer req/s)."
     )
+
+
+def load_average(results: dict[str, Any]) -> float:
+    """Return the 1-minute load average a bench's results say it started at."""
+    found = results.get("environment") or results.get("setup") or {}
+    return float(found.get("load_average", [float("nan")])[0])
 
 
 def compared(old: list[float | None], new: list[float | None], form: str) -> list[str]:

@@ -6,7 +6,7 @@ from bench import compare
 
 
 def decisions(us: float, cpu: float) -> dict[str, object]:
-    row = {"median_us": us, "cpu_median_us": cpu}
+    row = {"median_us": us, "cpu_median_us": cpu, "ping_ratio": us / 100}
     return {"speed": {"fixed_window: Policy.hit": row}, "flood": {"rows": {}}}
 
 
@@ -25,6 +25,7 @@ def test_the_table_has_a_row_per_row_found_in_both_checkouts(capsys):
     after[0]["speed"]["INCRBY on django_rl's kept connection"] = {  # type: ignore[index]
         "median_us": 1.0,
         "cpu_median_us": 1.0,
+        "ping_ratio": 0.01,
     }
     compare.report(
         {
