@@ -26,7 +26,7 @@ alone (``bench.decisions --rounds 10 --batch 50``, ``bench.endtoend
 average of 9-18 (``bench.decisions`` 23-47 s a run, most of it its fixed
 parts: flood, over-admission, fallback); ``--quick`` (2 runs of the
 ``--quick`` benches) took 3.7 minutes. Read ``x PING`` first: in an A/A
-run (two copies of one commit, load average 9-18) it stayed within 0.82-1.06
+run (two copies of one commit, load average 9-18) it stayed within 0.82-1.14
 of itself where raw µs moved up to 1.6x.
 """
 
