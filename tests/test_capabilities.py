@@ -159,3 +159,30 @@ def test_errors_a_script_met_on_redis_62_are_told_by_their_code(code, text, kind
     assert (reply_kind(exc), makes_connections_stale(exc)) == (kind, stale)
     if outage is not None:
         assert outage_kind(exc) == outage
+
+
+def hello_calls(admin: redis.Redis) -> int:
+    return int(admin.info("commandstats").get("cmdstat_hello", {}).get("calls", 0))
+
+
+def test_a_pipeline_that_reconnects_learns_the_capabilities_again(settings, private_redis):
+    # A pipeline (command_replies) on a kept connection the server closed is
+    # sent once more on a new connection: the server behind the address may
+    # be another one now (a restart as another version), so, as after any
+    # reconnection of a kept connection, what it supports is asked again.
+    settings.DJANGO_RL = {"POLICIES": POLICIES}
+    policy = get_policy("fw")
+    policy.hit("ip:192.0.2.1")
+    node = get_backend("default")
+    learned = node.capabilities
+    admin = private_redis.client()
+    try:
+        admin.client_kill_filter(_id=node.client.client_id())
+        _, replies = node.pipeline(lambda pipe: pipe.get("rl:nothing-here"))
+        assert replies == [None]  # answered on the new connection
+        before = hello_calls(admin)  # (the new connection's own HELLO, under RESP3)
+        relearned = node.capabilities
+        assert hello_calls(admin) == before + 1  # asked again
+    finally:
+        admin.close()
+    assert relearned is not learned and relearned == learned  # the same server

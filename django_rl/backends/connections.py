@@ -317,7 +317,7 @@ class KeptConnectionClient(Redis):
             except RedisConnectionError:
                 if not self._worked:
                     raise
-                self._worked = False
+                self._reconnecting()
                 replies = self._exchange(commands)
             self._worked = True
         finally:
