@@ -45,10 +45,9 @@ def test_other_types_are_refused(value):
     st.booleans(),
 )
 def test_the_fixed_windows_transaction_is_encoded_as_redis_py_encodes_it(key, window, cost, nx):
-    from django_rl.algorithms.fixed_window import FixedWindow
-    from django_rl.core.rates import parse_rate
+    from django_rl.algorithms.fixed_window import HIT, HIT_NX
 
-    algorithm = FixedWindow(parse_rate("5/m"))
+    hit = HIT_NX if nx else HIT
     window_key, end, flags = f"{key}:{window}", (window + 1) * 60_000, ("NX",) if nx else ()
     expected = b"".join(
         [
@@ -59,8 +58,11 @@ def test_the_fixed_windows_transaction_is_encoded_as_redis_py_encodes_it(key, wi
             redis_py("EXEC"),
         ]
     )
-    assert algorithm._encoded(window_key, cost, end, flags) == expected
-    assert algorithm._encoded(window_key, cost, end, flags) == expected  # its end kept
+    assert hit.encode(window_key, cost, end) == expected
+    assert hit.encode(window_key, cost, end) == expected  # its end kept
+    # redis-py's way (ASKING, a connection it must handle) sends the same commands.
+    assert b"".join([redis_py("MULTI"), *(redis_py(*c) for c in hit.filled(window_key, cost, end)),
+                     redis_py("EXEC")]) == expected  # fmt: skip
 
 
 @given(
@@ -79,7 +81,8 @@ def test_the_fixed_windows_transaction_is_encoded_as_redis_py_encodes_it(key, wi
     st.booleans(),
 )
 def test_several_policies_script_is_encoded_as_redis_py_encodes_it(hits, time_argument, count):
-    """``together._encoded``, its per-policy parts kept (asked twice), is redis-py's EVALSHA."""
+    """``together._segments`` encoded by the script, each segment kept (asked twice), is
+    redis-py's EVALSHA of ``together._arguments``."""
     from types import SimpleNamespace
 
     from django_rl.policies import together
@@ -96,5 +99,5 @@ def test_several_policies_script_is_encoded_as_redis_py_encodes_it(hits, time_ar
     keys, argv = together._arguments(group, entries, time_argument, count)  # type: ignore[arg-type]
     expected = redis_py("EVALSHA", together.SCRIPT.sha, len(keys), *keys, *argv)
     for _ in range(2):  # made, then from what was kept
-        arguments, encoded = together._encoded(group, entries, time_argument, count)  # type: ignore[arg-type]
-        assert together.SCRIPT.evalsha_encoded(arguments, encoded) == expected
+        keys, head, segments = together._segments(group, entries, time_argument, count)  # type: ignore[arg-type]
+        assert together.SCRIPT.encoded(keys, head, segments) == expected

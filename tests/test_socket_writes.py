@@ -1,7 +1,7 @@
 """A decision's command is written on a plain socket in one system call, as sendall would write it.
 
 CPython polls a socket that has a timeout before each ``send``; django_rl
-writes a plain socket's descriptor itself (``connections._write``), and
+writes a plain socket's descriptor itself (``socket_writes.write``), and
 leaves ``sendall`` what the kernel cannot take at once. The system calls are
 counted by strace, on a real connection to the suite's redis-server.
 """
@@ -23,7 +23,7 @@ import pytest
 
 from bench.measure import SendCounter
 from django_rl import get_policy
-from django_rl.backends.connections import _write
+from django_rl.backends.socket_writes import write as _write
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,22 +32,21 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = r"""
 import os, sys
 import redis
-from django_rl.backends.connections import (
-    _exchange_many_on_socket, _exchange_on_socket, _socket_path_possible,
+from django_rl.backends.redis_py import (
+    connected_socket, exchange_on_socket, socket_path_possible,
 )
 connection = redis.Connection(port=int(sys.argv[1]), socket_timeout=0.5)
 connection.connect()
-assert _socket_path_possible(connection), "hiredis' parser expected"
-sock, reader = connection._sock, connection._parser._reader
-print("fd", sock.fileno(), flush=True)
+assert socket_path_possible(connection), "hiredis' parser expected"
+print("fd", connected_socket(connection).fileno(), flush=True)
 ping = b"*1\r\n$4\r\nPING\r\n"
 commands = [("MULTI",), ("INCR", "k"), ("PEXPIRE", "k", 9000), ("EXEC",)]
 multi = b"".join(b"".join(connection.pack_command(*command)) for command in commands)
 os.write(2, b"BEGIN\n")
 for _ in range(40):
-    assert _exchange_on_socket(connection, sock, reader, ping) == b"PONG"
+    assert exchange_on_socket(connection, ping, 1) == [b"PONG"]
 for _ in range(40):
-    replies = _exchange_many_on_socket(connection, sock, reader, multi, 4)
+    replies = exchange_on_socket(connection, multi, 4)
     assert replies[-1][1] == 1, replies
 os.write(2, b"END\n")
 """

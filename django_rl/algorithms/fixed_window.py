@@ -55,13 +55,12 @@ from django_rl.algorithms.base import (
     read_now,
 )
 from django_rl.backends.clock import ClockError
-from django_rl.backends.connections import direct_client
-from django_rl.backends.resp import bulk
+from django_rl.backends.resp import Slot, Transaction
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
-    from django_rl.backends import RedisNode
+    from django_rl.backends.node import RedisNode
 
 
 #: Attempts at finding the server's current window before a hit gives up
@@ -70,24 +69,18 @@ if TYPE_CHECKING:
 MAX_ATTEMPTS = 4
 
 
-#: The hit's transaction in RESP, but for the key (three times), the cost and
-#: the window's end: ``MULTI; INCRBY; PEXPIREAT [NX]; PTTL; EXEC``.
-_HIT_NX = (
-    b"*1\r\n$5\r\nMULTI\r\n*3\r\n$6\r\nINCRBY\r\n%b%b*4\r\n$9\r\nPEXPIREAT\r\n%b%b"
-    b"$2\r\nNX\r\n*2\r\n$4\r\nPTTL\r\n%b*1\r\n$4\r\nEXEC\r\n"
-)
-_HIT = (
-    b"*1\r\n$5\r\nMULTI\r\n*3\r\n$6\r\nINCRBY\r\n%b%b*3\r\n$9\r\nPEXPIREAT\r\n%b%b"
-    b"*2\r\n$4\r\nPTTL\r\n%b*1\r\n$4\r\nEXEC\r\n"
-)
+_KEY, _COST, _END = Slot("window_key"), Slot("cost"), Slot("end", kept=True)
+#: The hit's transaction, its slots the window's key, the cost and the
+#: window's end (which changes once a window: its encoding is kept):
+#: ``MULTI; INCRBY; PEXPIREAT [NX]; PTTL; EXEC``.
+HIT_NX = Transaction([("INCRBY", _KEY, _COST), ("PEXPIREAT", _KEY, _END, "NX"), ("PTTL", _KEY)])
+HIT = Transaction([("INCRBY", _KEY, _COST), ("PEXPIREAT", _KEY, _END), ("PTTL", _KEY)])
 
 
 class FixedWindow(RateAlgorithm):
     name: ClassVar[str] = "fixed_window"
     # The counter only grows until the window ends.
     denial_holds_for_any_cost: ClassVar[bool] = True
-    #: The last window end encoded, with its encoding (:meth:`_encoded`).
-    _end_encoded: tuple[int, bytes] = (-1, b"")
 
     def _window(self, node: RedisNode) -> int:
         return node.now_ms() // self.rate.period_ms
@@ -114,29 +107,22 @@ class FixedWindow(RateAlgorithm):
             return self._hit_by_app_clock(node, key, cost)
         clock = node.clock
         period = self.rate.period_ms
-        nx = ("NX",) if node.capabilities.expire_nx else ()
+        hit = HIT_NX if node.capabilities.expire_nx else HIT
         earliest = -1  # the lowest window the server may still be in
-        undo: tuple[tuple[str, str, int], ...] = ()
+        undo: list[tuple[str, str, int]] = []
         for attempt in range(MAX_ATTEMPTS):
             window = max(node.server_now_ms() // period, earliest)  # (not app_clock: above)
             window_key = f"{key}:{window}"
             end = (window + 1) * period
             client = node.client
             sent = time.monotonic()
-            if not undo and direct_client(client) is not None:
-                replies = client.transaction_encoded(self._encoded(window_key, cost, end, nx), 3)
+            if not undo:
+                replies = client.run_transaction(hit, (window_key, cost, end))
             else:
-                replies = client.transaction_replies(
-                    (
-                        *undo,
-                        ("INCRBY", window_key, cost),
-                        ("PEXPIREAT", window_key, end, *nx),
-                        ("PTTL", window_key),
-                    )
-                )
+                replies = client.transaction_replies([*undo, *hit.filled(window_key, cost, end)])
             received = time.monotonic()
             count, _, ttl_ms = replies[len(undo) :]
-            undo = ()
+            undo = []
             if ttl_ms == -2:
                 clock.observe_at_least(end, received)
                 earliest = window + 1
@@ -150,7 +136,7 @@ class FixedWindow(RateAlgorithm):
             else:
                 clock.observe(end - ttl_ms, sent, received)
             if ttl_ms > period:
-                undo = (("DECRBY", window_key, cost),)
+                undo = [("DECRBY", window_key, cost)]
                 earliest = -1
                 continue
             limit = self.rate.limit
@@ -161,23 +147,6 @@ class FixedWindow(RateAlgorithm):
             f"no current window found on the Redis server's clock in {MAX_ATTEMPTS} attempts"
             + (" (a hit stays counted in a later window)" if undo else "")
         )
-
-    def _encoded(self, window_key: str, cost: int, end: int, nx: tuple[str, ...]) -> bytes:
-        """Return the hit's transaction in RESP, as ``transaction_replies`` would send it.
-
-        Encoded here in one formatting: the commands' names and ``NX`` are
-        fixed, the window's end changes once a window (kept, with its
-        encoding), the cost is nearly always one of the few encoded once
-        (``resp.bulk``); only the key is encoded per hit. Byte for byte what
-        ``resp.command`` makes of each command (``tests/test_resp.py``).
-        """
-        ends = self._end_encoded
-        if ends[0] != end:
-            # (Replaced whole: threads read it without a lock.)
-            ends = self._end_encoded = (end, bulk(end))
-        data = window_key.encode()
-        at = b"$%d\r\n%b\r\n" % (len(data), data)
-        return (_HIT_NX if nx else _HIT) % (at, bulk(cost), at, ends[1], at)
 
     def _hit_by_app_clock(self, node: RedisNode, key: str, cost: int) -> Outcome:
         """Count the hit in the window of this host's clock (``CLOCK: "app"``).

@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from redis import BlockingConnectionPool, Redis
+from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
@@ -32,6 +32,7 @@ from django_rl.backends.errors import (
 )
 from django_rl.backends.given_time import given_ms
 from django_rl.backends.health import Health
+from django_rl.backends.redis_py import would_block
 from django_rl.backends.scripts import replies_with_scripts
 from django_rl.conf import get_settings
 
@@ -148,7 +149,8 @@ class RedisNode:
         timeout: float | None = None
         while True:
             pool = self.pooled_client.connection_pool
-            if not _would_block(pool):
+            # (A BlockingConnectionPool would wait its own timeout: share a kept one instead.)
+            if not would_block(pool):
                 generation = self._generation
                 try:
                     client = self._make_client()
@@ -506,18 +508,6 @@ class RedisNode:
             # Idle ones only: closing one in use would break another thread's
             # call, perhaps one of the application's own cache calls.
             pooled.connection_pool.disconnect(inuse_connections=False)
-
-
-def _would_block(pool: object) -> bool:
-    """Return whether ``pool`` is a ``BlockingConnectionPool`` with no connection to give.
-
-    Its ``get_connection`` would wait its own ``timeout`` (20 s by default)
-    for one: a thread shares a kept one instead.
-    """
-    if not isinstance(pool, BlockingConnectionPool):
-        return False
-    queue: Any = getattr(pool, "pool", None)
-    return queue is not None and bool(queue.empty())
 
 
 _live_nodes: weakref.WeakSet[RedisNode] = weakref.WeakSet()

@@ -39,6 +39,8 @@ class LuaScript:
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
         self._sha_bulk = bulk(self.sha)
+        #: Each segment of ARGV seen (:meth:`run`), with its encoding.
+        self._segments: dict[tuple[Argument, ...], bytes] = {}
         LuaScript.instances.append(self)
 
     @classmethod
@@ -61,45 +63,73 @@ class LuaScript:
         except NoScriptError:
             return client.eval(self.source, len(keys), *keys, *args)
 
-    def run(self, client: Redis, keys: Sequence[str], args: Sequence[Argument]) -> Any:
-        """Run the script as :meth:`__call__` does; on a kept connection, encoded here.
+    def run(
+        self,
+        client: Redis,
+        keys: Sequence[str],
+        args: Sequence[Argument],
+        segments: Sequence[tuple[Argument, ...]] = (),
+    ) -> Any:
+        """Run the script as :meth:`__call__` does, ARGV ``args`` then each of ``segments``.
 
-        Encoding the EVALSHA here and sending it on the kept connection's
-        short path skips redis-py's ``execute_command`` and its encoder (for
-        ``refund.lua``, dozens of arguments) (:meth:`send_encoded`). NOSCRIPT
-        goes :meth:`__call__`'s way (EVAL).
+        On a kept connection the EVALSHA is encoded here (:meth:`encoded`)
+        and sent on its short path, skipping redis-py's ``execute_command``
+        and its encoder (for ``together.lua`` and ``refund.lua``, dozens of
+        arguments): ``args`` are encoded on each call, each segment's
+        encoding is kept (a part of ARGV that repeats from one call to the
+        next, such as one policy's in ``together.lua``). NOSCRIPT goes
+        :meth:`__call__`'s way (EVAL).
         """
         direct = direct_client(client)
         if direct is not None:
             # (A TypeError for an argument of another type: a bug here, not Redis's.)
-            encoded = b"".join([bulk(len(keys)), *map(bulk, keys), *map(bulk, args)])
-            reply = self.send_encoded(direct, 1 + len(keys) + len(args), encoded)
-            if reply is not NOSCRIPT:
+            reply = direct.send_encoded(self.encoded(keys, args, segments))
+            if not isinstance(reply, ResponseError):
                 return reply
-        return self(client, keys, args)
+            if not isinstance(reply, NoScriptError):
+                raise reply
+        argv = [*args]
+        for segment in segments:
+            argv += segment
+        return self(client, keys, argv)
 
-    def send_encoded(self, client: KeptConnectionClient, arguments: int, encoded: bytes) -> Any:
-        """Send EVALSHA, its arguments encoded already; return the reply (``NOSCRIPT``: unknown).
+    def encoded(
+        self,
+        keys: Sequence[str],
+        args: Sequence[Argument],
+        segments: Sequence[tuple[Argument, ...]] = (),
+    ) -> bytes:
+        """Return the EVALSHA of :meth:`run` in RESP, byte for byte as redis-py encodes it.
 
-        ``encoded`` is every argument after the SHA (the number of keys, the
-        keys, ARGV), ``arguments`` of them, as :func:`resp.bulk` encodes them;
-        ``client`` is one that :func:`direct_client` returned. For a caller
-        that encodes most of its arguments once (``together.py``). On
-        :data:`NOSCRIPT` the caller runs the script as :meth:`__call__` does
-        (EVAL), with its arguments as values.
-
-        :raises ResponseError: for any other error reply.
+        Each segment's encoding is kept, up to :data:`MAX_SEGMENTS` (then
+        they are all dropped: a ``concurrency`` policy's token is new on
+        every hit), shared by the threads (each item replaced whole).
         """
-        reply = client.send_encoded(self.evalsha_encoded(arguments, encoded))
-        if not isinstance(reply, ResponseError):
-            return reply
-        if isinstance(reply, NoScriptError):
-            return NOSCRIPT
-        raise reply
-
-    def evalsha_encoded(self, arguments: int, encoded: bytes) -> bytes:
-        """Return the EVALSHA of this script whose ``arguments`` after the SHA are ``encoded``."""
-        return b"*%d\r\n%b%b%b" % (2 + arguments, _EVALSHA, self._sha_bulk, encoded)
+        kept = self._segments
+        arguments = 3 + len(keys) + len(args)  # EVALSHA, the SHA, the number of keys
+        parts: list[bytes] = []
+        for segment in segments:
+            found = kept.get(segment)
+            if found is None:
+                found = b"".join(map(bulk, segment))
+                if len(kept) >= MAX_SEGMENTS:
+                    kept.clear()
+                kept[segment] = found
+            parts.append(found)
+            arguments += len(segment)
+        encoded_keys = []
+        for key in keys:
+            data = key.encode()  # as resp.bulk encodes a key, in one formatting
+            encoded_keys.append(b"$%d\r\n%b\r\n" % (len(data), data))
+        return b"*%d\r\n%b%b%b%b%b%b" % (
+            arguments,
+            _EVALSHA,
+            self._sha_bulk,
+            bulk(len(keys)),
+            b"".join(encoded_keys),
+            b"".join(map(bulk, args)),
+            b"".join(parts),
+        )
 
     def queue(self, pipe: Pipeline, keys: Sequence[str], args: Sequence[Any]) -> None:
         """Queue the script on a pipeline; :func:`replies_with_scripts` handles NOSCRIPT."""
@@ -107,8 +137,8 @@ class LuaScript:
 
 
 _EVALSHA = bulk("EVALSHA")
-#: What :meth:`LuaScript.send_encoded` returns when the server does not know the script.
-NOSCRIPT: Any = object()
+#: The most segments' encodings a script keeps (:meth:`LuaScript.encoded`).
+MAX_SEGMENTS = 1024
 #: The most variable-argument encodings an EncodedScript keeps.
 _MAX_TAILS = 64
 
@@ -137,11 +167,7 @@ class EncodedScript:
     def __call__(self, client: Redis, key: str, *variable: int | str) -> Any:
         """Run the script on ``client`` with ``key``, the fixed arguments, then ``variable``."""
         # direct_client, inline: this runs on every decision.
-        if (
-            type(client) is KeptConnectionClient
-            and not client.asking
-            and (client._direct_ok or (client._direct_ok is None and client.direct_ready()))
-        ):
+        if type(client) is KeptConnectionClient and client.direct_ready():
             tail = self._tails.get(variable)
             if tail is None:
                 tail = b"".join(map(bulk, variable))

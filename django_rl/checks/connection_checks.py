@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django_rl.backends.redis import is_cluster_alias
+from django_rl.backends.redis_py import retries
 from django_rl.checks.validation import Problem
 from django_rl.docs_urls import doc_url
 
@@ -122,8 +123,7 @@ def retry_count(kwargs: Mapping[str, Any]) -> int:
     """
     retry = kwargs.get("retry")
     if retry is not None:
-        get_retries = getattr(retry, "get_retries", None)
-        return int(get_retries() if get_retries else getattr(retry, "_retries", 0))
+        return retries(retry) or 0
     return 1 if kwargs.get("retry_on_timeout") or kwargs.get("retry_on_error") else 0
 
 

@@ -33,9 +33,6 @@ from django_rl.algorithms import Outcome
 from django_rl.algorithms.base import PRELUDE
 from django_rl.backends import LuaScript
 from django_rl.backends.clock import ClockError
-from django_rl.backends.connections import direct_client
-from django_rl.backends.resp import bulk
-from django_rl.backends.scripts import NOSCRIPT
 from django_rl.observability.metrics import metrics
 from django_rl.policies.policy import Pending, Policy
 
@@ -189,14 +186,8 @@ def run_script(node: RedisNode, first_key: str, group: Sequence[Pending], count:
     for attempt in range(MAX_ATTEMPTS):
         time_argument = node.script_time()
         entries = [hit.variant.algorithm.script_entry(node, hit.key) for hit in group]
-        direct = direct_client(node.client)
         sent = time.monotonic()
-        if direct is None:
-            reply = SCRIPT(node.client, *_arguments(group, entries, time_argument, count))
-        else:
-            reply = SCRIPT.send_encoded(direct, *_encoded(group, entries, time_argument, count))
-            if reply is NOSCRIPT:
-                reply = SCRIPT(node.client, *_arguments(group, entries, time_argument, count))
+        reply = SCRIPT.run(node.client, *_segments(group, entries, time_argument, count))
         received = time.monotonic()
         outcomes = [
             hit.variant.algorithm.script_outcome(node, answer, sent, received)
@@ -229,49 +220,23 @@ def _arguments(
     return keys, argv
 
 
-#: Each hit's part of ``together.lua``'s ARGV, encoded, with its number of
-#: arguments, by what it is made of: (algorithm, number of keys, cost, shadow,
-#: parameters). A policy's are the same on nearly every request (a fixed
-#: window's change once a window); bounded, emptied when full.
-_SEGMENTS: dict[tuple[Any, ...], tuple[bytes, int]] = {}
-_MAX_SEGMENTS = 1024
-_COUNT, _LOOK = bulk("1"), bulk("0")
-
-
-def _encoded(
+def _segments(
     group: Sequence[Pending], entries: Sequence[Entry], time_argument: str, count: bool
-) -> tuple[int, bytes]:
-    """Return :func:`_arguments` encoded: the EVALSHA's arguments after the SHA, and their number.
+) -> tuple[list[str], tuple[str, str], list[tuple[int | str, ...]]]:
+    """Return :func:`_arguments` as ``LuaScript.run`` takes them: KEYS, ARGV's head, its segments.
 
-    Byte for byte what ``resp.bulk`` makes of each (``tests/test_resp.py``),
-    but for the part of each hit that does not change from one request to
-    the next, which is encoded once (:data:`_SEGMENTS`).
+    A segment per hit: its part of ARGV, the same on nearly every request of
+    a policy (a fixed window's changes once a window), whose encoding the
+    script keeps (``LuaScript.encoded``; ``tests/test_resp.py``).
     """
-    keys: list[bytes] = []
-    argv = [bulk(time_argument), _COUNT if count else _LOOK]
-    arguments = 3  # the number of keys, the time, count or look
+    keys: list[str] = []
+    segments: list[tuple[int | str, ...]] = []
     for hit, (hit_keys, parameters) in zip(group, entries, strict=True):
-        for key in hit_keys:
-            data = key.encode()  # as resp.bulk encodes a key, in one formatting
-            keys.append(b"$%d\r\n%b\r\n" % (len(data), data))
-        shape = (hit.variant.algorithm.name, len(hit_keys), hit.cost, hit.policy.shadow, parameters)
-        segment = _SEGMENTS.get(shape)
-        if segment is None:
-            segment = _segment(shape)
-        argv.append(segment[0])
-        arguments += segment[1]
-    arguments += len(keys)
-    return arguments, b"%b%b%b" % (bulk(len(keys)), b"".join(keys), b"".join(argv))
-
-
-def _segment(shape: tuple[Any, ...]) -> tuple[bytes, int]:
-    name, keys, cost, shadow, parameters = shape
-    values = (name, keys, len(parameters), cost, "0" if shadow else "1", *parameters)
-    segment = b"".join(map(bulk, values)), len(values)
-    if len(_SEGMENTS) >= _MAX_SEGMENTS:
-        _SEGMENTS.clear()  # (a concurrency policy's token is new on every hit)
-    _SEGMENTS[shape] = segment
-    return segment
+        keys += hit_keys
+        veto = "0" if hit.policy.shadow else "1"
+        name = hit.variant.algorithm.name
+        segments.append((name, len(hit_keys), len(parameters), hit.cost, veto, *parameters))
+    return keys, (time_argument, "1" if count else "0"), segments
 
 
 def refund(node: RedisNode, first_key: str, call: _Call) -> list[Outcome]:
