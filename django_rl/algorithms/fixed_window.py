@@ -55,7 +55,7 @@ from django_rl.algorithms.base import (
     read_now,
 )
 from django_rl.backends.clock import ClockError
-from django_rl.backends.resp import Slot, Transaction
+from django_rl.backends.resp import KEY, Slot, Transaction
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
@@ -69,12 +69,11 @@ if TYPE_CHECKING:
 MAX_ATTEMPTS = 4
 
 
-_KEY, _COST, _END = Slot("window_key"), Slot("cost"), Slot("end", kept=True)
+_COST, _END = Slot("cost"), Slot("end")
 #: The hit's transaction, its slots the window's key, the cost and the
-#: window's end (which changes once a window: its encoding is kept):
-#: ``MULTI; INCRBY; PEXPIREAT [NX]; PTTL; EXEC``.
-HIT_NX = Transaction([("INCRBY", _KEY, _COST), ("PEXPIREAT", _KEY, _END, "NX"), ("PTTL", _KEY)])
-HIT = Transaction([("INCRBY", _KEY, _COST), ("PEXPIREAT", _KEY, _END), ("PTTL", _KEY)])
+#: window's end: ``MULTI; INCRBY; PEXPIREAT [NX]; PTTL; EXEC``.
+HIT_NX = Transaction([("INCRBY", KEY, _COST), ("PEXPIREAT", KEY, _END, "NX"), ("PTTL", KEY)])
+HIT = Transaction([("INCRBY", KEY, _COST), ("PEXPIREAT", KEY, _END), ("PTTL", KEY)])
 
 
 class FixedWindow(RateAlgorithm):

@@ -138,17 +138,11 @@ def exchange_on_socket(connection: Any, encoded: bytes, count: int) -> list[Any]
     reader = parser._reader
     if sock is None or reader is None:
         return None
-    try:
-        write(sock, encoded)
-    except BaseException as exc:
-        error = failed_write(connection, exc)  # (it closes the connection)
-        reconnect_if_told(connection)
-        if error is exc:
-            raise
-        raise error from None
-    pushed = False
+    pushed = written = False
     replies: list[Any] = []
     try:
+        write(sock, encoded)
+        written = True
         if getattr(parser, "_next_response", NOT_ENOUGH_DATA) is not NOT_ENOUGH_DATA:
             # redis-py before 8 may hold a reply its can_read() read ahead.
             replies = [parser.read_response() for _ in range(count)]
@@ -173,11 +167,12 @@ def exchange_on_socket(connection: Any, encoded: bytes, count: int) -> list[Any]
                     raise reply[0]
                 replies.append(reply)
     except BaseException as exc:
-        error = failed_read(connection, exc)  # (it closes the connection)
+        # (Either closes the connection: replies may be left unread.)
+        error = failed_read(connection, exc) if written else failed_write(connection, exc)
         reconnect_if_told(connection)
         if error is exc:
             raise
-        raise error from exc
+        raise error from (exc if written else None)
     if pushed or getattr(connection, "_should_reconnect", False):
         # A server's maintenance notice (redis-py 6+, RESP3), on this
         # connection (a push among the replies) or on another of the pool,

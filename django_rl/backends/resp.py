@@ -11,6 +11,7 @@ the caller goes redis-py's way.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import itemgetter
 
 Argument = int | str | bytes
 
@@ -43,7 +44,11 @@ def bulk(value: Argument) -> bytes:
 
     :raises TypeError: for a value that is not str, int (not bool) or bytes.
     """
-    if type(value) is bool:
+    kind = type(value)
+    if kind is str:  # a key, most often: encoded at once (a look-up costs as much)
+        data = value.encode()  # type: ignore[union-attr]  # a str
+        return b"$%d\r\n%b\r\n" % (len(data), data)
+    if kind is bool:
         raise TypeError("cannot encode bool as a Redis argument")
     found = _COMMON.get(value)
     return _encode_bulk(value) if found is None else found
@@ -65,36 +70,41 @@ ASKING = command(["ASKING"])
 
 
 class Slot:
-    """A variable argument of a :class:`Transaction`, encoded on each call.
+    """A variable argument of a :class:`Transaction`: :data:`KEY`, or a value named here."""
 
-    :param kept: keep the last value's encoding (for a value that changes
-        seldom, such as a window's end: encoded once a window, not per call).
-    """
+    __slots__ = ("name",)
 
-    __slots__ = ("kept", "name")
-
-    def __init__(self, name: str, *, kept: bool = False) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.kept = kept
 
     def __repr__(self) -> str:
         return f"Slot({self.name!r})"
 
 
+#: The key of a :class:`Transaction`'s commands (its first slot, encoded on every call).
+KEY = Slot("key")
+
+#: The most encodings of its values a :class:`Transaction` keeps.
+MAX_VALUES = 64
+
+
 class Transaction:
     """``MULTI``, commands of fixed shape, ``EXEC``: fixed bytes encoded once, slots per call.
 
-    ``Transaction([("INCRBY", KEY, COST), ("PTTL", KEY)])`` with ``KEY`` and
-    ``COST`` :class:`Slot` s; :meth:`encode` gives it in RESP for the slots'
-    values, byte for byte what :func:`command` makes of each command
+    ``Transaction([("INCRBY", KEY, COST), ("PTTL", KEY)])``, ``COST`` a
+    :class:`Slot`; :meth:`encode` gives it in RESP for the key and the other
+    slots' values, byte for byte what :func:`command` makes of each command
     (``tests/test_resp.py``), in one formatting: the fixed bytes were joined
-    when it was made. A slot may stand in several places (a key): its value
-    is encoded once per call. ``KeptConnectionClient.run_transaction`` runs it.
+    when it was made. The key (which may stand in several places) is encoded
+    on every call; the other values are the same on nearly every call (a
+    cost of 1, a window's end that changes once a window), so their
+    encodings are kept, by their values (at most :data:`MAX_VALUES`, then
+    they are all dropped). ``KeptConnectionClient.run_transaction`` runs it.
     """
 
     def __init__(self, commands: Iterable[Iterable[Argument | Slot]]) -> None:
         self.commands = tuple(tuple(each) for each in commands)
-        slots: list[Slot] = []
+        slots: list[Slot] = [KEY]
         order: list[int] = []
         parts: list[bytes] = [MULTI]
         for each in self.commands:
@@ -108,36 +118,33 @@ class Transaction:
                 else:
                     parts.append(bulk(arg).replace(b"%", b"%%"))
         parts.append(EXEC)
+        #: :data:`KEY`, then the other slots in the order they first stand in.
         self.slots = tuple(slots)
         self._format = b"".join(parts)
-        self._order = tuple(order)
-        #: Per slot, its last value and that value's encoding (a kept slot's;
-        #: each item replaced whole: threads read them without a lock).
-        self._last: list[tuple[object, bytes]] = [(None, b"")] * len(slots)
+        #: The slots' encodings (the key's, then the others') in the order they stand in.
+        self._in_order = itemgetter(*order) if len(order) > 1 else lambda found: (found[order[0]],)
+        self._values: dict[tuple[Argument, ...], tuple[bytes, ...]] = {}
 
-    def encode(self, *values: Argument) -> bytes:
-        """Return the transaction in RESP, ``values`` in the slots (in the order of :attr:`slots`).
+    def encode(self, key: str, *values: Argument) -> bytes:
+        """Return the transaction in RESP, ``key`` and ``values`` in the slots (:attr:`slots`).
 
-        :raises TypeError: for a value :func:`bulk` cannot encode.
+        :raises TypeError: for a value :func:`bulk` cannot encode, or a wrong number of them.
         """
-        encoded: list[bytes] = []
-        last = self._last
-        for at, (slot, value) in enumerate(zip(self.slots, values, strict=True)):
-            if slot.kept:
-                seen = last[at]
-                if seen[0] != value or type(seen[0]) is not type(value):
-                    seen = last[at] = (value, bulk(value))
-                encoded.append(seen[1])
-            elif type(value) is str:  # a key, most often: encoded in one formatting
-                data = value.encode()
-                encoded.append(b"$%d\r\n%b\r\n" % (len(data), data))
-            else:
-                encoded.append(bulk(value))
-        return self._format % tuple([encoded[at] for at in self._order])
+        kept = self._values
+        encoded = kept.get(values)
+        if encoded is None:
+            if len(values) != len(self.slots) - 1:
+                raise TypeError(f"{len(self.slots) - 1} values expected, not {len(values)}")
+            encoded = tuple(map(bulk, values))
+            if len(kept) >= MAX_VALUES:
+                kept.clear()  # (times and ends move on: old ones are not asked again)
+            kept[values] = encoded
+        data = key.encode()  # as bulk encodes a key, in one formatting
+        return self._format % self._in_order((b"$%d\r\n%b\r\n" % (len(data), data), *encoded))
 
-    def filled(self, *values: Argument) -> list[tuple[Argument, ...]]:
-        """Return the commands (without ``MULTI`` and ``EXEC``), ``values`` in the slots."""
-        by_slot = dict(zip(self.slots, values, strict=True))
+    def filled(self, key: str, *values: Argument) -> list[tuple[Argument, ...]]:
+        """Return the commands (no ``MULTI``, ``EXEC``), ``key`` and ``values`` in the slots."""
+        by_slot = dict(zip(self.slots, (key, *values), strict=True))
         return [
             tuple(by_slot[arg] if isinstance(arg, Slot) else arg for arg in each)
             for each in self.commands
