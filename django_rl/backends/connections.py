@@ -8,6 +8,7 @@ reads of its replies) takes the client's lock, so threads take turns on it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
@@ -107,6 +108,12 @@ class KeptConnectionClient(Redis):
     #: closed before it goes back to the pool (:meth:`close`), whichever
     #: thread lets go of the client last, or its garbage collection.
     suspect = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not hasattr(self, "single_connection_lock"):
+            # redis-py 5.0 has no such lock: every exchange here takes it all the same.
+            self.single_connection_lock = threading.RLock()
 
     def close(self) -> None:
         # (getattr: redis-py's __del__ calls close on a client its constructor failed to make.)

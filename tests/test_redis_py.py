@@ -1,0 +1,128 @@
+"""redis-py's private layout, as ``backends/redis_py.py`` reads it, on the installed redis-py.
+
+Guards: a redis-py release that moves what the short path reads fails here,
+naming what moved, instead of decisions quietly taking redis-py's slower
+way (or breaking). Run on every redis-py the project supports (setup.cfg:
+``redis>=5.0``): the oldest and the newest at least.
+"""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.retry import Retry
+
+from django_rl.backends import redis_py
+from django_rl.backends.connections import pool_full
+
+VERSION = tuple(int(part) for part in redis.__version__.split(".")[:2])
+
+pytestmark = pytest.mark.skipif(
+    not redis.utils.HIREDIS_AVAILABLE, reason="the short path is for hiredis' parser"
+)
+
+
+@pytest.fixture(params=[2, 3], ids=["RESP2", "RESP3"])
+def connection(request, redis_server):
+    connection = redis.Connection(
+        host="127.0.0.1", port=redis_server.port, protocol=request.param, socket_timeout=5
+    )
+    connection.connect()
+    yield connection
+    connection.disconnect()
+
+
+def test_the_hiredis_parser_is_laid_out_as_the_short_path_reads_it(connection):
+    from redis._parsers import hiredis
+
+    parser = connection._parser
+    assert type(parser) is hiredis._HiredisParser, f"redis-py {redis.__version__}: another parser"
+    assert redis_py.NOT_ENOUGH_DATA is hiredis.NOT_ENOUGH_DATA
+    assert redis_py.connected_socket(connection) is connection._sock is not None
+    assert parser._reader is not None, "hiredis' reader: parser._reader"
+    assert isinstance(parser._buffer, bytearray), "the parser's read buffer: parser._buffer"
+    assert parser._reader.gets() is hiredis.NOT_ENOUGH_DATA
+    if VERSION < (8, 0):
+        assert hasattr(parser, "_next_response"), "redis-py < 8 reads ahead in _next_response"
+    if VERSION >= (6, 0):
+        assert hasattr(connection, "_should_reconnect"), "maintenance notices: _should_reconnect"
+        assert callable(connection.should_reconnect)
+    if getattr(parser, "_hiredis_PushNotificationType", None) is not None:
+        # RESP3 push messages are told apart by that type, and go to this handler.
+        assert callable(parser.handle_push_response)
+    assert f":{connection.port}" in connection._host_error(), "the server's name: _host_error()"
+    assert redis_py.socket_path_possible(connection)
+
+
+def test_health_checks_keep_redis_pys_way(redis_server):
+    checked = redis.Connection(port=redis_server.port, health_check_interval=30)
+    assert not redis_py.socket_path_possible(checked)
+
+
+def test_an_exchange_on_the_socket_is_what_redis_py_reads(connection):
+    ping = b"".join(connection.pack_command("PING"))
+    assert redis_py.exchange_on_socket(connection, ping, 1) == [b"PONG"]
+    commands = [
+        ("MULTI",),
+        ("DEL", "rp-k"),
+        ("INCRBY", "rp-k", 2),
+        ("HGET", "rp-k", "f"),
+        ("EXEC",),
+    ]
+    multi = b"".join(b"".join(connection.pack_command(*command)) for command in commands)
+    ok, *queued, (_, count, error) = redis_py.exchange_on_socket(connection, multi, 5)
+    assert ok in (b"OK", "OK") and all(each in (b"QUEUED", "QUEUED") for each in queued)
+    assert (count, isinstance(error, ResponseError)) == (2, True)
+    # Replies left none unread: redis-py's own read answers the next command.
+    connection.send_command("PING")
+    assert connection.read_response() in (b"PONG", "PONG")
+    connection.disconnect()
+    assert redis_py.connected_socket(connection) is None
+    assert redis_py.exchange_on_socket(connection, ping, 1) is None  # not connected: not sent
+
+
+def test_a_read_that_fails_names_the_server_as_redis_py_does(connection):
+    error = redis_py.failed_read(connection, OSError(104, "reset"))
+    assert isinstance(error, RedisConnectionError)
+    assert f":{connection.port}" in str(error)
+    assert redis_py.connected_socket(connection) is None  # closed
+
+
+def test_a_retry_is_counted_in_every_version():
+    assert redis_py.retries(Retry(NoBackoff(), 0)) == 0
+    assert redis_py.retries(Retry(NoBackoff(), 3)) == 3
+    assert redis_py.retries(None) is None
+
+
+def test_a_connection_that_never_retries_may_skip_execute_command(redis_server):
+    never = redis.Connection(port=redis_server.port, retry=Retry(NoBackoff(), 0))
+    assert redis_py.direct_possible(never)
+    retrying = redis.Connection(port=redis_server.port, retry=Retry(NoBackoff(), 2))
+    assert not redis_py.direct_possible(retrying)
+
+
+def test_a_blocking_pool_with_nothing_to_give_is_seen(redis_server):
+    pool = redis.BlockingConnectionPool(port=redis_server.port, max_connections=1, timeout=0.01)
+    assert not redis_py.would_block(pool)
+    taken = pool.get_connection("PING") if VERSION < (6, 0) else pool.get_connection()
+    try:
+        assert redis_py.would_block(pool)
+    finally:
+        pool.release(taken)
+    assert not redis_py.would_block(redis.ConnectionPool(port=redis_server.port))
+
+
+def test_a_full_pool_is_told_from_an_outage(redis_server):
+    pool = redis.ConnectionPool(port=redis_server.port, max_connections=1)
+    client = redis.Redis(connection_pool=pool, single_connection_client=True)
+    try:
+        with pytest.raises(RedisConnectionError) as raised:
+            redis.Redis(connection_pool=pool).ping()
+    finally:
+        client.close()
+    assert pool_full(raised.value)
+    if VERSION >= (5, 1):
+        assert redis_py.MAX_CONNECTIONS is redis.exceptions.MaxConnectionsError
