@@ -21,6 +21,7 @@ class DjangoRlConfig(AppConfig):
         from django_rl.http.headers import use_policy_windows
         from django_rl.inspection.targets import address_form
         from django_rl.models import Override
+        from django_rl.observability.metrics import count_redis_error
         from django_rl.overrides.loader import override_changed, use_address_forms
         from django_rl.policies.registry import fallback_policy_names, policy_window, use_dropins
 
@@ -37,6 +38,9 @@ class DjangoRlConfig(AppConfig):
         # fallback_rate (the registry's, above backends/), and a Decision made
         # by hand gets its named policy's window in its headers (above http/).
         health.fallback_policies = fallback_policy_names
+        # Failed Redis calls are counted by kind in the metrics (observability
+        # sits above backends/, which never import it).
+        health.count_error = count_redis_error
         use_policy_windows(policy_window)
         # The admin and the command list the drop-ins' policies with the others.
         use_dropins(dropin_policies)

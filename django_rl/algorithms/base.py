@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar, cast
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from django_rl.backends import LuaScript
-from django_rl.backends.scripts import EncodedScript
+# (Defined in outcomes.py, which static.py imports too; the algorithms and the
+# policies import them from here.)
+from django_rl.algorithms.outcomes import Outcome as Outcome
+from django_rl.algorithms.outcomes import Reading as Reading
+from django_rl.algorithms.outcomes import ReadReplies as ReadReplies
+from django_rl.algorithms.outcomes import new_tuple as new_tuple
+from django_rl.algorithms.static import rate_or_static
+from django_rl.backends.scripts import EncodedScript, LuaScript
 from django_rl.core.rates import Rate
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from django_rl.algorithms.static import StaticAlgorithm
-    from django_rl.backends import RedisNode
+    from django_rl.backends.node import RedisNode
 
 R = TypeVar("R", bound="RateAlgorithm")
 B = TypeVar("B", bound="BucketAlgorithm")
@@ -42,50 +48,6 @@ def algorithm_script(name: str) -> LuaScript:
 
 class ParameterError(ValueError):
     """An algorithm parameter (other than the rate) has a bad value."""
-
-
-class Outcome(NamedTuple):
-    """An algorithm's answer, before the policy turns it into a Decision."""
-
-    allowed: bool
-    remaining: int
-    retry_after_ms: int
-    reset_after_ms: int
-
-
-_T = TypeVar("_T")
-
-
-class _NewTuple(Protocol):
-    def __call__(self, cls: type[_T], fields: tuple[Any, ...], /) -> _T: ...
-
-
-#: ``new_tuple(Outcome, (allowed, remaining, retry_after_ms, reset_after_ms))``:
-#: an Outcome (or any NamedTuple) without the Python frame of its generated
-#: ``__new__``; the algorithms make one per decision. ``tuple.__new__`` itself.
-new_tuple = cast(_NewTuple, tuple.__new__)
-
-
-class Reading(NamedTuple):
-    """What ``peek`` sees, with the state behind it, for people to look at.
-
-    :ivar outcome: what a hit of cost 1 would be told now.
-    :ivar used: how much of the limit is taken now: hits counted in the
-        window (``fixed_window``; denied hits count too, so it can pass the
-        limit), units of cost in the log (``sliding_log``), tokens taken
-        (``token_bucket``; fractional while the bucket refills).
-    :ivar detail: the state in a few words where the numbers do not say it
-        all (tokens left, entries in the log, denied hits counted), or ``""``.
-    """
-
-    outcome: Outcome
-    used: float
-    detail: str
-
-
-#: Turns the replies of the commands ``queue_peek`` queued into a Reading. It
-#: takes an iterator over a pipeline's replies and consumes exactly its own.
-ReadReplies = Callable[[Iterator[Any]], Reading]
 
 
 class Algorithm(Protocol):
@@ -199,9 +161,6 @@ class RateAlgorithm:
     @classmethod
     def from_spec(cls: type[R], spec: Mapping[str, Any]) -> R | StaticAlgorithm:
         """Build at ``spec["rate"]``; ``None`` and ``"0/<period>"`` make a static algorithm."""
-        # Here, not at the top: static.py imports this module.
-        from django_rl.algorithms.static import rate_or_static
-
         rate = rate_or_static(spec["rate"])
         return cls(rate) if isinstance(rate, Rate) else rate
 
@@ -244,8 +203,6 @@ class BucketAlgorithm:
 
     @classmethod
     def from_spec(cls: type[B], spec: Mapping[str, Any]) -> B | StaticAlgorithm:
-        from django_rl.algorithms.static import rate_or_static
-
         rate = rate_or_static(spec["rate"])
         if isinstance(rate, Rate):
             return cls(spec[cls.size_parameter], rate)

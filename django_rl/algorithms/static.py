@@ -21,14 +21,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from django_rl.algorithms.base import Outcome, Reading, ReadReplies
+from django_rl.algorithms.outcomes import Outcome, Reading, ReadReplies
 from django_rl.core.rates import Rate, RateError, parse_rate
 from django_rl.core.reprs import short_repr
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
-    from django_rl.backends import RedisNode
+    from django_rl.backends.node import RedisNode
 
 
 class StaticAlgorithm:

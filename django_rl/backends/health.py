@@ -14,7 +14,6 @@ from collections import Counter
 from collections.abc import Callable
 
 from django_rl.backends.errors import REPLIES, brief, outage_kind
-from django_rl.observability.metrics import count_redis_error
 
 logger = logging.getLogger("django_rl")
 
@@ -30,6 +29,17 @@ INCIDENT_QUIET = 1.0
 
 def _none(alias: str) -> tuple[str, ...]:
     return ()
+
+
+def _uncounted(kind: str) -> None:
+    pass
+
+
+#: ``(kind) -> None``: counts a failed call by kind in the metrics
+#: (``observability.metrics.count_redis_error``). Installed by
+#: ``AppConfig.ready``: observability sits above the backends, which never
+#: import it. It must not raise.
+count_error: Callable[[str], None] = _uncounted
 
 
 #: ``(alias) -> names`` of the policies on that alias that have a
@@ -227,7 +237,7 @@ class Health:
         # failing at once would count one.
         with self._count_lock:
             self.errors[kind] += 1
-        count_redis_error(kind)
+        count_error(kind)
 
 
 def _details(name: str, exc: Exception) -> None:
