@@ -17,13 +17,21 @@ supported version has.
 
 from __future__ import annotations
 
+import logging
+import math
 import re
+import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 if TYPE_CHECKING:
     from redis import Redis
+
+logger = logging.getLogger("django_rl")
 
 #: The oldest Redis that django_rl supports (and tests: see README).
 MINIMUM_VERSION = (6, 2, 0)
@@ -110,3 +118,53 @@ def detect(client: Redis) -> Capabilities:
 
 def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class Learned:
+    """What one server supports, learned once (by one thread) and kept until forgotten.
+
+    :param server: what the log lines call the server (``Health.name``).
+    :ivar known: the capabilities learned, ``None`` until then and after the
+        node forgot them (a reconnection, a failover: see ``RedisNode.capabilities``).
+    """
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.known: Capabilities | None = None
+        self._lock = threading.Lock()
+        self._failed_at = -math.inf
+
+    def learn(self, client: Callable[[], Redis]) -> Capabilities:
+        """Return the capabilities, asked on ``client()`` unless another thread just did.
+
+        A server older than the minimum supported version is logged as an error.
+
+        :raises redis.exceptions.RedisError: if Redis does not answer.
+        """
+        asked_at = time.monotonic()
+        with self._lock:  # one thread asks; the others wait for its answer
+            capabilities = self.known
+            if capabilities is None:
+                if self._failed_at >= asked_at:
+                    # The thread this one waited for asked, and Redis did not
+                    # answer it either: give up with it, instead of each
+                    # waiting thread paying its own timeout in turn.
+                    raise RedisConnectionError(
+                        "the Redis server could not be asked what it supports"
+                    )
+                try:
+                    capabilities = detect(client())
+                except BaseException:
+                    self._failed_at = time.monotonic()
+                    raise
+                if not capabilities.supported:
+                    logger.error(
+                        "Redis for rate limiting (%s) is %s; django_rl supports Redis %s and "
+                        "later (and Valkey): decisions may fail or follow fail_open. "
+                        "Upgrade the server.",
+                        self.server,
+                        capabilities.label,
+                        ".".join(map(str, MINIMUM_VERSION[:2])),
+                    )
+                self.known = capabilities
+            return capabilities

@@ -15,7 +15,7 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from django_rl.backends.capabilities import MINIMUM_VERSION, Capabilities, detect
+from django_rl.backends.capabilities import Capabilities, Learned
 from django_rl.backends.clock import ClockUnavailable, ServerClock
 from django_rl.backends.connections import (
     Command,
@@ -86,9 +86,7 @@ class RedisNode:
         # When an outage ends, connections left from before it are replaced:
         # in a failover some may still reach the old primary.
         self.health = Health(alias, address, on_end=self.replace_connections)
-        self._capabilities: Capabilities | None = None
-        self._capabilities_lock = threading.Lock()
-        self._capabilities_failed_at = -math.inf
+        self._capabilities = Learned(self.health.name)
         # Bumped when the connections are suspect (see record_failure); a
         # thread whose kept connection is older replaces it on its next call.
         self._generation = 0
@@ -284,43 +282,16 @@ class RedisNode:
 
         :raises redis.exceptions.RedisError: if Redis does not answer.
         """
-        capabilities = self._capabilities
-        if capabilities is None:
-            capabilities = self._learn_capabilities()
-        return capabilities
+        learned = self._capabilities
+        known = learned.known
+        return known if known is not None else learned.learn(self._client_of_thread)
+
+    def _client_of_thread(self) -> Redis:
+        return self.client
 
     def forget_capabilities(self) -> None:
         """Make the next call learn the server's capabilities again."""
-        self._capabilities = None
-
-    def _learn_capabilities(self) -> Capabilities:
-        asked_at = time.monotonic()
-        with self._capabilities_lock:  # one thread asks; the others wait for its answer
-            capabilities = self._capabilities
-            if capabilities is None:
-                if self._capabilities_failed_at >= asked_at:
-                    # The thread this one waited for asked, and Redis did not
-                    # answer it either: give up with it, instead of each
-                    # waiting thread paying its own timeout in turn.
-                    raise RedisConnectionError(
-                        "the Redis server could not be asked what it supports"
-                    )
-                try:
-                    capabilities = detect(self.client)
-                except BaseException:
-                    self._capabilities_failed_at = time.monotonic()
-                    raise
-                if not capabilities.supported:
-                    logger.error(
-                        "Redis for rate limiting (%s) is %s; django_rl supports Redis %s and "
-                        "later (and Valkey): decisions may fail or follow fail_open. "
-                        "Upgrade the server.",
-                        self.health.name,
-                        capabilities.label,
-                        ".".join(map(str, MINIMUM_VERSION[:2])),
-                    )
-                self._capabilities = capabilities
-            return capabilities
+        self._capabilities.known = None
 
     def script_time(self) -> str:
         """Return the time argument of the Lua scripts: ``""`` (the script reads
@@ -464,7 +435,7 @@ class RedisNode:
         kind = reply_kind(exc)
         if kind is not None:
             if kind in RELEARN_KINDS:
-                self._capabilities = None
+                self.forget_capabilities()
             # An answer: it may end an outage (health replaces the connections then).
             self.health.answered_with_error(exc, kind, epoch)
             return
@@ -502,7 +473,7 @@ class RedisNode:
         self._generation += 1
         # The connections may reach another server now (a failover, a restart
         # on another version): learn what it supports again.
-        self._capabilities = None
+        self.forget_capabilities()
         pooled = self._pooled
         if pooled is not None:
             # Idle ones only: closing one in use would break another thread's
