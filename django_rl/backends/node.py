@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
@@ -21,8 +20,6 @@ from django_rl.backends.connections import (
     Command,
     KeptConnectionClient,
     PoolExhausted,
-    discard,
-    pool_full,
 )
 from django_rl.backends.errors import (
     lacks_replicas,
@@ -32,7 +29,7 @@ from django_rl.backends.errors import (
 )
 from django_rl.backends.given_time import given_ms
 from django_rl.backends.health import Health
-from django_rl.backends.redis_py import would_block
+from django_rl.backends.kept_clients import SharedClients
 from django_rl.backends.scripts import replies_with_scripts
 from django_rl.conf import get_settings
 
@@ -53,12 +50,8 @@ REPLACE_INTERVAL = 0.25
 #: learned again.
 RELEARN_KINDS = frozenset({"unknown_command", "wrong_arguments"})
 
-#: Seconds between two tries of a full pool that no kept connection of the
-#: node can be shared from (the application's own calls hold it all).
-POOL_POLL = 0.005
 
-
-class RedisNode:
+class RedisNode(SharedClients):
     """One Redis server: the single one of a ``CACHES`` alias, or a primary of a cluster.
 
     Holds a redis-py client per thread, each on one connection of the
@@ -136,87 +129,6 @@ class RedisNode:
                 self._let_go(client)
             client = self._take_client()
             local.client, local.generation = client, client.generation
-        return client
-
-    def _take_client(self) -> KeptConnectionClient:
-        """Return a new client of this thread's own or, the pool being full, one to share.
-
-        :raises redis.exceptions.RedisError: as :attr:`client`.
-        """
-        deadline: float | None = None
-        timeout: float | None = None
-        while True:
-            pool = self.pooled_client.connection_pool
-            # (A BlockingConnectionPool would wait its own timeout: share a kept one instead.)
-            if not would_block(pool):
-                generation = self._generation
-                try:
-                    client = self._make_client()
-                except RedisConnectionError as exc:
-                    if not pool_full(exc):
-                        raise
-                else:
-                    if self._reached(client.connection):
-                        generation = self._generation  # it reaches the new primary already
-                    client.generation = generation
-                    with self._kept_lock:
-                        self._kept.add(client)
-                    return client
-            shared = self._share()
-            if shared is not None:
-                return shared
-            # Nothing to share: wait for a connection of the application's to come back.
-            now = time.monotonic()
-            if deadline is None:
-                timeout = pool.connection_kwargs.get("socket_timeout")
-                deadline = math.inf if timeout is None else now + timeout
-            if now >= deadline:
-                raise PoolExhausted(
-                    f"no connection of the pool came free in {timeout:g} s (the socket timeout)"
-                )
-            time.sleep(min(POOL_POLL, deadline - now))
-
-    def _share(self) -> KeptConnectionClient | None:
-        """Return the current kept client the fewest threads hold, held once more; or ``None``."""
-        generation = self._generation
-        with self._kept_lock:
-            current = [
-                client
-                for client in self._kept
-                if client.generation == generation and client.connection is not None
-            ]
-            if not current:
-                return None
-            client = min(current, key=lambda kept: kept.holders)
-            client.holders += 1
-        return client
-
-    def _let_go(self, client: KeptConnectionClient) -> None:
-        """Stop holding ``client`` (its generation is over); close it if no other thread holds it.
-
-        A thread that held it and has ended never let go: the client is then
-        closed when the last reference to it goes, and its connection closed
-        first all the same (``suspect``), so that it never goes back to the
-        pool as it is.
-        """
-        client.suspect = True
-        with self._kept_lock:
-            client.holders -= 1
-            last = client.holders <= 0
-            if last:
-                self._kept.discard(client)
-        if last:
-            discard(client)
-
-    def _make_client(self) -> KeptConnectionClient:
-        """Return a new kept-connection client, connected (redis-py connects it from the pool)."""
-        client = KeptConnectionClient(
-            connection_pool=self.pooled_client.connection_pool, single_connection_client=True
-        )
-        # Its reconnections (after a broken connection) are checked too.
-        client.connection.register_connect_callback(self._reached)  # type: ignore[union-attr]
-        # A restarted server may be another version: its capabilities are learned again.
-        client.on_reconnect = self.forget_capabilities
         return client
 
     def _reached(self, connection: object) -> bool:
