@@ -12,8 +12,6 @@ import ast
 from collections.abc import Iterable
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parent.parent / "django_rl"
 
 #: The packages of django_rl from the bottom up, one floor a list (docs/architecture.md,
@@ -286,7 +284,6 @@ def test_every_package_has_a_floor():
         assert importer in modules and imported in modules, (importer, imported)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: turned on when the layout lands")
 def test_no_import_circle_function_local_imports_included():
     modules, graph = import_graph()
     found = circles(graph)
@@ -301,7 +298,6 @@ def test_no_import_circle_function_local_imports_included():
     assert not found, f"{len(found)} import circles:\n" + "\n".join(report)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: turned on when the layout lands")
 def test_no_import_of_a_higher_floor():
     offending = upward_imports(*import_graph())
     assert not offending, f"{len(offending)} imports of a higher floor:\n" + "\n".join(offending)
