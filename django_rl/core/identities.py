@@ -42,6 +42,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
+from django_rl.core.dotted import import_callable
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError
 
@@ -457,12 +458,7 @@ def resolve_identity(
             f"key {short_repr(spec)} is not one of {', '.join(_BUILTINS)}, 'header:<Name>', "
             "'get:<name>', 'post:<name>' or a dotted path to a callable"
         )
-    try:
-        function = import_string(spec)
-    except ImportError as exc:
-        raise IdentitySpecError(f"key {short_repr(spec)} could not be imported: {exc}") from exc
-    if not callable(function):
-        raise IdentitySpecError(f"key {short_repr(spec)} is not callable")
+    function = import_callable(spec, f"key {short_repr(spec)}", IdentitySpecError)
     return checked_identity(function, spec)
 
 

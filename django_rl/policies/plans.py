@@ -31,10 +31,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.utils.module_loading import import_string
-
 from django_rl.algorithms import ALGORITHMS, Algorithm, fingerprint_text
 from django_rl.algorithms.windows import quota_window
+from django_rl.core.dotted import import_callable
 from django_rl.core.keys import fingerprint, key_parts
 
 #: ``rate_of(request) -> rate string | None``.
@@ -88,14 +87,7 @@ def resolve_rate_function(value: object) -> RateFunction:
         if not callable(value):
             raise RateSpecError(f"rate {value!r} is neither a rate string nor a callable")
         return value
-    try:
-        function = import_string(value)
-    except ImportError as exc:
-        raise RateSpecError(f"rate function {value!r} could not be imported: {exc}") from exc
-    if not callable(function):
-        raise RateSpecError(f"rate function {value!r} is not callable")
-    result: RateFunction = function
-    return result
+    return import_callable(value, f"rate function {value!r}", RateSpecError)
 
 
 def catalogue_key(prefix: str, policy: str) -> str:
