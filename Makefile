@@ -81,7 +81,7 @@ bench-scaling: venv system-packages
 
 screenshot: venv system-packages
 	DJANGO_RL_SCREENSHOT=docs/admin-live-counters.png \
-		$(BIN)/python -m pytest tests/test_admin_browser.py -k screenshot
+		$(BIN)/python -m pytest tests/admin/test_admin_browser.py -k screenshot
 
 system-packages:
 	scripts/ensure-system-packages.sh $(SYSTEM_PACKAGES)

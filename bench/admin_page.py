@@ -38,7 +38,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.sites.settings")
 
 import django  # noqa: E402
 
@@ -50,7 +50,7 @@ from django.db import connections  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
 
 from django_rl import get_policy  # noqa: E402
-from tests.redis_server import RedisServer, caches_for  # noqa: E402
+from tests.support.redis_server import RedisServer, caches_for  # noqa: E402
 
 PREFIX = "rl"
 POLICIES = {

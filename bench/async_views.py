@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+os.environ["DJANGO_SETTINGS_MODULE"] = "tests.sites.settings"
 
 import django
 
@@ -42,8 +42,8 @@ from django.urls import path  # noqa: E402
 
 from django_rl import get_policy  # noqa: E402
 from django_rl.decorators import ratelimit  # noqa: E402
-from tests.asgi import asgi_get  # noqa: E402
-from tests.redis_server import RedisServer, caches_for  # noqa: E402
+from tests.support.asgi import asgi_get  # noqa: E402
+from tests.support.redis_server import RedisServer, caches_for  # noqa: E402
 
 REQUESTS, CONCURRENCY, REPEATS = 500, 50, 5
 POLICIES = {"p": {"algorithm": "sliding_log", "rate": "1000000/h", "key": "ip"}}

@@ -45,7 +45,7 @@ from bench.measure import (
 from bench.overadmission import over_admission
 from bench.report import check_targets, print_table
 from bench.runner import bench_main, setup_django
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 PACKAGES = (
     "Django",

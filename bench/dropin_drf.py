@@ -28,7 +28,7 @@ from bench.measure import commands_and_round_trips, interleaved, ratio
 from bench.overadmission import over_admission
 from bench.report import print_table
 from bench.runner import bench_main, setup_django
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 POPULATION = 1000
 ADDRESSES = [f"10.{i // 65536}.{i // 256 % 256}.{i % 256}" for i in range(POPULATION)]

@@ -30,7 +30,7 @@ from bench.overadmission import LIMIT, THREAD_ATTEMPTS, THREADS, race_threads
 from bench.peers import Decide, requests_for
 from bench.report import print_table
 from bench.runner import bench_main, setup_django
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 POPULATION = 1000
 ADDRESSES = [f"10.{i // 65536}.{i // 256 % 256}.{i % 256}" for i in range(POPULATION)]

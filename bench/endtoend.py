@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import bench_parser, finish, print_table
-from tests.redis_server import RedisServer, free_port
+from tests.support.redis_server import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Each endpoint: the limited path, its unlimited twin, and its floor twin

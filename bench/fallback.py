@@ -27,7 +27,7 @@ from typing import Any
 from bench.measure import alternating
 from bench.report import print_table
 from bench.runner import bench_main, setup_django
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 POPULATION = 1000
 LIMIT = 1_000_000

@@ -46,7 +46,7 @@ from typing import Any
 
 from bench.endtoend import CONNECTIONS, TICKS, Gunicorn
 from bench.report import bench_parser, finish, print_table
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 PATHS = ["/api/items/", "/open/api/items/", "/burst/", "/open/burst/"]
 GROUPS = ("django_rl", "redis-py/hiredis", "system calls", "Django", "other")

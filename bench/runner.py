@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.report import bench_parser, finish
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 Run = Callable[..., dict[str, Any]]
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import print_table
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 ALGORITHMS = ("fixed_window", "sliding_log", "token_bucket")
 ALLOW = 1_000_000  # per hour: every decision of the runs is allowed

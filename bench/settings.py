@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from bench.limiters import ALGORITHMS, policy_name
-from tests.redis_server import caches_for
+from tests.support.redis_server import caches_for
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:1/0")
 #: The socket timeouts ``caches_for`` gives django-redis, given to every peer too.

@@ -2,7 +2,7 @@
 
     python -m bench.stacked_cluster [--rounds N] [--batch N] [--quick] [--json PATH]
 
-Starts its own Redis Cluster (``tests.topologies.ClusterTopology``: 3
+Starts its own Redis Cluster (``tests.support.topologies.ClusterTopology``: 3
 primaries and their replicas, on free ports) and stops it whatever happens.
 Django's cache is that cluster (``RedisClusterClient``); the policies are
 ``bench/settings.py``'s. Rows, each a call of ``django_rl.hit_many`` with 3
@@ -49,7 +49,7 @@ from redis.crc import key_slot
 from bench.measure import Decide, SendCounter, command_calls, interleaved
 from bench.report import bench_parser, finish, print_table
 from bench.stacked import ADDRESSES, POLICIES, django_rl_view
-from tests.topologies import ClusterTopology
+from tests.support.topologies import ClusterTopology
 
 POPULATION = len(ADDRESSES)
 COUNTED_DECISIONS = 300

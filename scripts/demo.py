@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.redis_server import RedisServer  # noqa: E402 - needs ROOT on sys.path
+from tests.support.redis_server import RedisServer  # noqa: E402 - needs ROOT on sys.path
 
 USERNAME = "admin"
 PASSWORD = "demo-password"

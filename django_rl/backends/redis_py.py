@@ -9,7 +9,7 @@ connection's ``_sock``, ``_parser``, ``_host_error()`` and
 ``_next_response`` and ``_hiredis_PushNotificationType``; the module's
 ``NOT_ENOUGH_DATA``; a retry's ``_retries`` (redis-py 5.0); redis-py 7's
 metrics ``recorder``; a ``BlockingConnectionPool``'s queue. Every such read is
-in this module, and ``tests/test_redis_py.py`` checks each against the
+in this module, and ``tests/backends/test_redis_py.py`` checks each against the
 installed redis-py (run it on every redis-py version the project supports,
 ``redis>=5.0``): an upgrade that moves one fails there, loudly, instead of a
 decision quietly taking redis-py's slower way or breaking.

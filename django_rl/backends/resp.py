@@ -94,7 +94,7 @@ class Transaction:
     ``Transaction([("INCRBY", KEY, COST), ("PTTL", KEY)])``, ``COST`` a
     :class:`Slot`; :meth:`encode` gives it in RESP for the key and the other
     slots' values, byte for byte what :func:`command` makes of each command
-    (``tests/test_resp.py``), in one formatting: the fixed bytes were joined
+    (``tests/backends/test_resp.py``), in one formatting: the fixed bytes were joined
     when it was made. The key (which may stand in several places) is encoded
     on every call; the other values are the same on nearly every call (a
     cost of 1, a window's end that changes once a window), so their

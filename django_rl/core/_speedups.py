@@ -3,7 +3,7 @@
 One place to audit when Python (or a library) is upgraded: each speed-up
 says what layout it relies on, checks that layout before using it, and
 falls back to a public, slower way that gives the same result when the
-layout is not as expected. ``tests/test_speedups.py`` fails loudly when a
+layout is not as expected. ``tests/core/test_speedups.py`` fails loudly when a
 layout changes (so the fallback is never used unnoticed) and proves each
 fallback right.
 

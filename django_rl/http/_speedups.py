@@ -1,6 +1,6 @@
 """The HTTP layer's speed-ups: what it does faster than Django's public API would let it.
 
-Audited here, in one file, when Django is upgraded (``tests/test_http_speedups.py``
+Audited here, in one file, when Django is upgraded (``tests/http/test_http_speedups.py``
 guards each):
 
 * :func:`header_store`: a Django response's header dict, written directly

@@ -3,7 +3,7 @@
 One place to audit when ``prometheus_client`` is upgraded: each speed-up
 says what layout it relies on, checks that layout before using it, and
 falls back to the public API, slower and with the same result, when the
-layout is not as expected. ``tests/test_speedups.py`` fails loudly when the
+layout is not as expected. ``tests/core/test_speedups.py`` fails loudly when the
 installed ``prometheus_client`` no longer has the layout (so the fallback
 is never used unnoticed) and proves each fallback right.
 

@@ -33,7 +33,7 @@ killed without running its exit handlers loses at most its last
 
 **Bounded memory.** In Redis: 60 small hashes per policy plus two top sets
 of at most :data:`TOP_KEPT` members: 8,144 bytes per policy per hour at
-the most (``MEMORY USAGE``, measured in tests/test_history.py). In each
+the most (``MEMORY USAGE``, measured in tests/observability/test_history.py). In each
 process: the counts of the minutes not yet written, and at most
 :data:`MAX_IDENTITIES` denied identities per interval (more are counted as
 denials, but not listed). Identities go through

@@ -227,7 +227,7 @@ def _segments(
 
     A segment per hit: its part of ARGV, the same on nearly every request of
     a policy (a fixed window's changes once a window), whose encoding the
-    script keeps (``LuaScript.encoded``; ``tests/test_resp.py``).
+    script keeps (``LuaScript.encoded``; ``tests/backends/test_resp.py``).
     """
     keys: list[str] = []
     segments: list[tuple[int | str, ...]] = []
