@@ -45,7 +45,7 @@ from django_rl.http.headers import write_headers
 from django_rl.http.responses import too_many_requests
 from django_rl.leases import Lease
 from django_rl.policies import engine, inline
-from django_rl.policies.engine import Limit
+from django_rl.policies.engine import Limit, Verdict
 from django_rl.policies.plans import is_rate_function
 
 V = TypeVar("V", bound=Callable[..., Any])
@@ -56,25 +56,22 @@ HTTP_METHODS = frozenset(
 )
 
 
-def _check(request: HttpRequest, limit: Limit) -> tuple[HttpResponse | None, list[Lease]]:
-    """Decide ``limit`` for ``request``: a 429 if it blocks a denial, and the slots it took.
+def _check(request: HttpRequest, limit: Limit) -> tuple[HttpResponse | None, Verdict]:
+    """Decide ``limit`` for ``request``: a 429 if it blocks a denial, and the Verdict.
 
-    The slots (``concurrency`` policies' leases) are held by the request
-    (``http/slots.py``) as soon as taken, so that a request cancelled while
-    this runs in a thread gives them back; the caller hands them to the
-    view's response. A request refused takes none: all or nothing, no policy
-    counted it.
+    The slots the Verdict holds (``concurrency`` policies' leases) are held by
+    the request (``http/slots.py``) as soon as taken, so that a request
+    cancelled while this runs in a thread gives them back; the caller hands
+    them to the view's response. A request refused takes none: all or
+    nothing, no policy counted it.
     """
     verdict = limit.decide(request)  # the engine's one path (one policy: engine.decide_one)
-    if not verdict.decisions:
-        return None, []
-    held = leases.held(verdict.decisions)
     if not verdict.blocking:
-        if held:
-            slots.hold(request, held)
-        return None, held
-    leases.release(held)
-    return too_many_requests(request, RateLimited(list(verdict.decisions))), []
+        if verdict.held:
+            slots.hold(request, verdict.held)
+        return None, verdict
+    leases.release(verdict.held)
+    return too_many_requests(request, RateLimited(list(verdict.decisions))), verdict
 
 
 def ratelimit(
@@ -303,7 +300,7 @@ def _wrap(
             if limit.applies(request):
                 # Off the event loop, in the request's sync thread (see above).
                 try:
-                    denied, held = await sync_to_async(_check, thread_sensitive=True)(
+                    denied, verdict = await sync_to_async(_check, thread_sensitive=True)(
                         request, limit
                     )
                 except BaseException:
@@ -313,6 +310,7 @@ def _wrap(
                     raise
                 if denied is not None:
                     return denied
+                held = verdict.held
             else:
                 engine.not_limited(request)  # (no thread for a method the limit does not count)
             if not held:
@@ -341,13 +339,13 @@ def _wrap(
             if drf is not None and drf.is_drf_request(request):
                 drf.decide(request, (limit,))  # raises Throttled when it blocks a denial
                 return view(*args, **kwargs)
-        denied, held = _check(request, limit)
+        denied, verdict = _check(request, limit)
         if denied is not None:
             return denied
-        if held:  # (held by the request since _check)
-            return _holding(view, args, kwargs, request, slots.attached(request), held)
+        if verdict.held:  # (held by the request since _check)
+            return _holding(view, args, kwargs, request, slots.attached(request), verdict.held)
         response = view(*args, **kwargs)
-        write_headers(response, recorded(request))
+        write_headers(response, verdict.every)  # (the request's list: the view's own too)
         return response
 
     return sync_wrapper

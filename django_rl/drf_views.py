@@ -40,7 +40,6 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 import django_rl.leases as leases
-from django_rl.core.recording import recorded
 from django_rl.policies import engine
 from django_rl.throttling import hold_until_done, write_view_headers
 
@@ -166,8 +165,8 @@ def decide(request: Request, limits: Sequence[Limit]) -> None:
     if not verdict.decisions:
         return
     view = request.parser_context.get("view")
-    write_view_headers(view, recorded(request))
-    held = leases.held(verdict.decisions)
+    write_view_headers(view, verdict.every)
+    held = verdict.held
     if verdict.blocking:
         leases.release(held)  # another use of @ratelimit refused the request
         raise Throttled(wait=max(d.retry_after_header for d in verdict.blocking))

@@ -76,9 +76,9 @@ class PolicyThrottle(BaseThrottle):
         )  # the engine's one path
         self.decisions = tuple(verdict.decisions)
         write_view_headers(view, verdict.every)
-        if verdict.decisions:
+        if verdict.held:
             # All or nothing: slots (concurrency) were taken only if none denied.
-            hold_until_done(view, leases.held(verdict.decisions), request)
+            hold_until_done(view, verdict.held, request)
         return not verdict.blocking
 
     def wait(self) -> float | None:

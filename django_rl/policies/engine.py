@@ -29,8 +29,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from django_rl.algorithms.base import new_tuple
 from django_rl.core.decision import Decision
 from django_rl.core.recording import record
+from django_rl.leases import Lease, held
 from django_rl.policies import together
 from django_rl.policies.inline import InlineSpec
 from django_rl.policies.policy import Pending, Policy
@@ -42,14 +44,19 @@ from django_rl.policies.shadow import SHADOW_ERRORS
 class Verdict(NamedTuple):
     """What the limits of one front door decided for a request.
 
+    Made by ``new_tuple`` (NamedTuple's own ``__new__`` is a Python function,
+    and one is made per request).
+
     :ivar decisions: this front door's Decisions.
     :ivar blocking: those that deny on behalf of a limit that blocks.
     :ivar every: every Decision recorded on the request so far (these last).
+    :ivar held: the concurrency slots these Decisions took (``leases.held``).
     """
 
     decisions: Sequence[Decision]
     blocking: Sequence[Decision]
     every: Sequence[Decision]
+    held: list[Lease]
 
 
 @dataclass(frozen=True)
@@ -101,19 +108,23 @@ class Limit:
         :raises ConfigurationError: for a policy that is missing or invalid.
         """
         if self.methods is not None and request.method not in self.methods:
-            return Verdict((), (), not_limited(request))
+            return new_tuple(Verdict, ((), (), not_limited(request), []))
         one = self._one
         if one is None:
             decisions = hit_all(request, self.policies(), self.cost)
-            every = record(request, decisions)
             blocking = [d for d in decisions if d.denies] if self.block else []
-            return Verdict(decisions, blocking, every)
+            return new_tuple(
+                Verdict, (decisions, blocking, record(request, decisions), held(decisions))
+            )
         policy = get_policy(one) if type(one) is str else inline_policy(one)
         decision, every = decide_one(request, policy, self.cost)
         if decision is None:
-            return Verdict((), (), every)
-        denies = self.block and not decision.allowed and not decision.shadow  # (Decision.denies)
-        return Verdict((decision,), (decision,) if denies else (), every)
+            return new_tuple(Verdict, ((), (), every, []))
+        lease = decision.lease
+        taken = [] if lease is None or lease.released else [lease]
+        if self.block and not decision.allowed and not decision.shadow:  # (Decision.denies)
+            return new_tuple(Verdict, ((decision,), (decision,), every, taken))
+        return new_tuple(Verdict, ((decision,), (), every, taken))
 
 
 def decide_one(
@@ -125,18 +136,22 @@ def decide_one(
     Decision is ``None`` when the policy does not apply to the request, or
     is a shadow policy whose decision raised (logged).
     """
-    decision = _hit_one(request, policy, cost)
+    try:
+        decision = policy.hit_request(request, cost)
+    except Exception as exc:
+        decision = _left_out(policy, exc)
     return decision, record(request, () if decision is None else (decision,))
 
 
-def _hit_one(request: Any, policy: Policy, cost: int) -> Decision | None:
-    try:
-        return policy.hit_request(request, cost)
-    except Exception as exc:
-        if not policy.shadow:
-            raise
-        SHADOW_ERRORS.failed(policy.name, exc)  # left out of this request
-        return None
+def _left_out(policy: Policy, exc: Exception) -> Decision | None:
+    """Leave a shadow policy whose decision raised out of the request (logged); else raise.
+
+    :return: ``None``: no Decision for this policy.
+    """
+    if not policy.shadow:
+        raise exc
+    SHADOW_ERRORS.failed(policy.name, exc)
+    return None
 
 
 def hit_all(request: Any, policies: Iterable[Policy], cost: int = 1) -> list[Decision]:
@@ -156,7 +171,10 @@ def _hit_weighted(
     """Hit ``(policy, cost)`` pairs for ``request`` together; (index, Decision) of those applied."""
     if len(weighted) == 1:
         policy, cost = weighted[0]
-        decision = _hit_one(request, policy, cost)
+        try:
+            decision = policy.hit_request(request, cost)
+        except Exception as exc:
+            decision = _left_out(policy, exc)
         return [] if decision is None else [(0, decision)]
     indexes: list[int] = []
     reported: list[tuple[Policy, str]] = []
@@ -178,9 +196,7 @@ def _hit_weighted(
                 continue
             made = policy.prepare_request(request, cost, identity=identity)
         except Exception as exc:
-            if not policy.shadow:
-                raise
-            SHADOW_ERRORS.failed(policy.name, exc)  # left out of this request
+            _left_out(policy, exc)
             continue
         if made is not None:
             indexes.append(index)
@@ -248,4 +264,4 @@ def decide(request: Any, limits: Sequence[Limit]) -> Verdict:
     made = _hit_weighted(request, [(policy, limit.cost) for limit, policy in owned])
     decisions = [decision for _, decision in made]
     blocking = [d for index, d in made if owned[index][0].block and d.denies]
-    return Verdict(decisions, blocking, record(request, decisions))
+    return new_tuple(Verdict, (decisions, blocking, record(request, decisions), held(decisions)))

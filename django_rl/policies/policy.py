@@ -37,13 +37,14 @@ from django_rl.core.decision import Decision
 from django_rl.core.keys import safe_identity, verbatim
 from django_rl.leases import Lease
 from django_rl.observability.denials import report_denial
-from django_rl.observability.metrics import count_deny_cache_answer, metrics
+from django_rl.observability.history import RECORDER, field_of
+from django_rl.observability.metrics import count_decision, count_deny_cache_answer, metrics
 from django_rl.overrides.loader import rules_for
 from django_rl.overrides.rules import BLOCK, EXEMPT
 from django_rl.policies import outcomes
 from django_rl.policies.outcomes import DEGRADED_RETRY_AFTER
 from django_rl.policies.plans import Variant
-from django_rl.policies.reporting import counted, shadowed
+from django_rl.policies.reporting import shadowed
 from django_rl.policies.resetting import reset_identity
 from django_rl.policies.shape import PolicyShape
 
@@ -151,13 +152,19 @@ class Policy(PolicyShape):
 
         :raises ValueError: if ``cost`` is not a whole number of at least 1.
         """
-        prepared = self.prepare_request(request, cost, identity=identity)
-        if prepared is None:
+        if self.limits_nothing:
             return None
-        identity, made = prepared
-        if type(made) is Pending:
-            made = self.ask(made)
-        return self.report_request(request, identity, made)  # type: ignore[arg-type]  # asked
+        if identity is None:
+            identity = self.identify(request)
+            if identity is None:
+                return None
+        made = self._decide(identity, cost, request, None, strict=False)
+        if made is None:
+            return None
+        decision = self.report(identity, made)  # type: ignore[arg-type]  # asked
+        if not decision.allowed:
+            report_denial(request, self.name, identity, decision)
+        return decision
 
     def prepare_request(
         self, request: Any, cost: int = 1, *, identity: str | None = None
@@ -190,7 +197,9 @@ class Policy(PolicyShape):
         ``None``: no limit applies. ``strict``: a cost above the policy's own
         limit raises (the programmatic API), see ``outcomes.too_heavy``.
         """
-        selected = self._select(identity, request, also, "hit")
+        selected: Variant | Decision | None = self._variant
+        if selected is None or rules_for(self.name) is not None:  # (else: no override, one rate)
+            selected = self._select(identity, request, also, "hit")
         if type(selected) is not Variant:
             return selected  # type: ignore[return-value]  # a block's Decision, or None
         made = self._prepare(selected, identity, cost, strict=strict)
@@ -334,7 +343,8 @@ class Policy(PolicyShape):
         """
         if self.shadow:
             decision = shadowed(self.name, identity, decision, also)
-        counted(self.name, identity, decision)
+        count_decision(self.name, decision)
+        RECORDER.count(self.name, "a" if decision.allowed else field_of(decision), identity)
         return decision
 
     def report_request(self, request: Any, identity: str, decision: Decision) -> Decision:

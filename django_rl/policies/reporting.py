@@ -2,7 +2,7 @@
 
 Every Decision a policy makes goes through here once: :func:`shadowed` for
 a policy in shadow mode, then counted in the metrics and the admin's history
-(:func:`counted`, or :func:`report_requests` for a request's several
+(``Policy.report``, or :func:`report_requests` for a request's several
 policies), and a request's denials reported (the ``rate_limited`` signal,
 the ``django_rl.denials`` log: ``observability/denials.py``).
 """
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django_rl.core.decision import Decision
 from django_rl.observability.denials import report_denial
 from django_rl.observability.history import RECORDER, field_of
-from django_rl.observability.metrics import count_decision, count_decisions
+from django_rl.observability.metrics import count_decisions
 from django_rl.overrides.loader import rules_for
 from django_rl.overrides.rules import BLOCK
 
@@ -38,12 +38,6 @@ def shadowed(name: str, identity: str, decision: Decision, also: str | None = No
         if rule is not None and rule.action == BLOCK:
             return decision
     return replace(decision, shadow=True)
-
-
-def counted(name: str, identity: str, decision: Decision) -> None:
-    """Count one Decision in the metrics and the history."""
-    count_decision(name, decision)
-    RECORDER.count(name, "a" if decision.allowed else field_of(decision), identity)
 
 
 def report_requests(
