@@ -152,16 +152,11 @@ class Policy(PolicyShape):
 
         :raises ValueError: if ``cost`` is not a whole number of at least 1.
         """
-        if self.limits_nothing:
+        prepared = self.prepare_request(request, cost, identity=identity)
+        if prepared is None:
             return None
-        if identity is None:
-            identity = self.identify(request)
-            if identity is None:
-                return None
-        made = self._decide(identity, cost, request, None, strict=False)
-        if made is None:
-            return None
-        decision = self.report(identity, made)  # type: ignore[arg-type]  # asked
+        identity, made = prepared
+        decision = self.report(identity, self.ask(made) if type(made) is Pending else made)  # type: ignore[arg-type]
         if not decision.allowed:
             report_denial(request, self.name, identity, decision)
         return decision
@@ -171,7 +166,8 @@ class Policy(PolicyShape):
     ) -> tuple[str, Pending | Decision] | None:
         """Return :meth:`hit_request` up to the round trip: the identity and the hit (or Decision).
 
-        ``None``: no limit applies. Give the Decision to :meth:`report_request`.
+        ``None``: no limit applies. Give the Decision to :meth:`report`, and report
+        a denial as :meth:`hit_request` does (``reporting.report_requests``).
         """
         if self.limits_nothing:
             return None
@@ -345,13 +341,6 @@ class Policy(PolicyShape):
             decision = shadowed(self.name, identity, decision, also)
         count_decision(self.name, decision)
         RECORDER.count(self.name, "a" if decision.allowed else field_of(decision), identity)
-        return decision
-
-    def report_request(self, request: Any, identity: str, decision: Decision) -> Decision:
-        """As :meth:`report`, and report a denial (the signal, the denials log)."""
-        decision = self.report(identity, decision)
-        if not decision.allowed:
-            report_denial(request, self.name, identity, decision)
         return decision
 
     def shadowed(self, identity: str, decision: Decision, *, also: str | None = None) -> Decision:

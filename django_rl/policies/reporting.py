@@ -45,7 +45,7 @@ def report_requests(
 ) -> list[Decision]:
     """Return each ``(policy, identity, decision)``'s Decision reported, in order.
 
-    As :meth:`Policy.report_request` each, for the Decisions of one request
+    As :meth:`Policy.hit_request` reports each, for the Decisions of one request
     of several policies: counted in the metrics and the history together
     (one lock each, one clock read), then each denial reported.
     """
