@@ -49,9 +49,4 @@ def dropin_policies() -> list[Policy]:
     return list(found.values())
 
 
-def dropin_names() -> list[str]:
-    """Return the names of the drop-ins' policies, sorted, each once."""
-    return sorted({policy.name for policy in dropin_policies()})
-
-
-__all__ = ["DROPINS", "dropin_names", "dropin_policies"]
+__all__ = ["DROPINS", "dropin_policies"]
