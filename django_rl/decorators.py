@@ -28,7 +28,7 @@ from __future__ import annotations
 import difflib
 import functools
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, NoReturn, TypeVar, cast
 
@@ -66,12 +66,17 @@ def _check(request: HttpRequest, limit: Limit) -> tuple[HttpResponse | None, Ver
     nothing, no policy counted it.
     """
     verdict = limit.decide(request)  # the engine's one path (one policy: engine.decide_one)
-    if not verdict.blocking:
-        if verdict.held:
-            slots.hold(request, verdict.held)
-        return None, verdict
+    if verdict.blocking:
+        return _refused(request, verdict), verdict
+    if verdict.held:
+        slots.hold(request, verdict.held)
+    return None, verdict
+
+
+def _refused(request: HttpRequest, verdict: Verdict) -> HttpResponse:
+    """Return the 429 for a Verdict that blocks; give back the slots it took (none count)."""
     leases.release(verdict.held)
-    return too_many_requests(request, RateLimited(list(verdict.decisions))), verdict
+    return too_many_requests(request, RateLimited(list(verdict.decisions)))
 
 
 def ratelimit(
@@ -296,7 +301,7 @@ def _wrap(
         @functools.wraps(view)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             request = args[request_index]
-            held: list[Lease] = []
+            held: Sequence[Lease] = ()
             if limit.applies(request):
                 # Off the event loop, in the request's sync thread (see above).
                 try:
@@ -339,10 +344,12 @@ def _wrap(
             if drf is not None and drf.is_drf_request(request):
                 drf.decide(request, (limit,))  # raises Throttled when it blocks a denial
                 return view(*args, **kwargs)
-        denied, verdict = _check(request, limit)
-        if denied is not None:
-            return denied
-        if verdict.held:  # (held by the request since _check)
+        # _check, inline: this runs on every decision.
+        verdict = limit.decide(request)  # the engine's one path (one policy: engine.decide_one)
+        if verdict.blocking:
+            return _refused(request, verdict)
+        if verdict.held:
+            slots.hold(request, verdict.held)
             return _holding(view, args, kwargs, request, slots.attached(request), verdict.held)
         response = view(*args, **kwargs)
         write_headers(response, verdict.every)  # (the request's list: the view's own too)
@@ -357,7 +364,7 @@ def _holding(
     kwargs: Any,
     request: HttpRequest,
     held_by: slots.Slots,
-    held: list[Lease],
+    held: Sequence[Lease],
 ) -> Any:
     """Run ``view`` while ``held_by`` (the request's slots) holds ``held``, until it is done.
 

@@ -120,7 +120,7 @@ def write_view_headers(view: Any, decisions: Sequence[Decision]) -> None:
         write_headers(headers, decisions)
 
 
-def hold_until_done(view: Any, held: list[Lease], request: Any = None) -> None:
+def hold_until_done(view: Any, held: Sequence[Lease], request: Any = None) -> None:
     """Give back ``held`` (concurrency slots) when the DRF ``view``'s request is done.
 
     ``request`` (DRF's, or Django's; default: the view's ``request``) holds

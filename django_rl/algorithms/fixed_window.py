@@ -116,9 +116,9 @@ class FixedWindow(RateAlgorithm):
             client = node.client
             sent = time.monotonic()
             if not undo:
-                replies = client.run_transaction(hit, (window_key, cost, end))
+                replies = client.run_transaction(hit, window_key, (cost, end))
             else:
-                replies = client.transaction_replies([*undo, *hit.filled(window_key, cost, end)])
+                replies = client.transaction_replies([*undo, *hit.filled(window_key, (cost, end))])
             received = time.monotonic()
             count, _, ttl_ms = replies[len(undo) :]
             undo = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -19,15 +19,16 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_rl.backends.redis_py import (
     MAX_CONNECTIONS,
+    SocketPath,
     direct_possible,
-    exchange_on_socket,
     read_replies,
     reconnect_if_told,
     socket_path_possible,
 )
 from django_rl.backends.resp import ASKING, EXEC, MULTI, Transaction, command
 
-P = ParamSpec("P")
+A = TypeVar("A")
+B = TypeVar("B")
 T = TypeVar("T")
 
 #: A command as a redis-py pipeline stages it: its arguments and its options.
@@ -95,8 +96,10 @@ class KeptConnectionClient(Redis):
     on_reconnect: Callable[[], None] | None = None
     #: Whether a command takes the short path (:meth:`_direct`); learned on first use.
     _direct_ok: bool | None = None
-    #: Whether an encoded command goes straight to the socket (``redis_py.exchange_on_socket``).
+    #: Whether an encoded command goes straight to the socket (``redis_py.SocketPath``).
     _on_socket: bool | None = None
+    #: The exchange of encoded commands (:meth:`_learn_exchange`), learned on first use.
+    _encoded_exchange: Callable[[bytes, int], list[Any]] | None = None
 
     #: Threads that took this client as theirs (``RedisNode.client``); the
     #: last to let go of it closes it. Counted under the node's lock.
@@ -133,8 +136,8 @@ class KeptConnectionClient(Redis):
                 f"every connection of the pool was in use for {timeout:g} s (the socket timeout)"
             )
 
-    def _retried(self, exchange: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Return ``exchange(*args, **kwargs)``, run under the client's lock; once more if need be.
+    def _retried(self, exchange: Callable[[A, B], T], first: A, second: B) -> T:
+        """Return ``exchange(first, second)``, run under the client's lock; once more if need be.
 
         Every exchange on the kept connection goes through here: the lock
         (free for its owner; a thread sharing the client waits its turn,
@@ -143,21 +146,22 @@ class KeptConnectionClient(Redis):
         a failover, ``CLIENT KILL``) runs ``exchange`` once more, on a new
         connection, after telling the node (:attr:`on_reconnect`: the server
         may be another one now). ``exchange`` closes the connection when it
-        fails, and connects one when it has none.
+        fails, and connects one when it has none. (Two positional arguments,
+        not ``*args``: this runs on every decision, and packing them costs more.)
         """
         lock = self.single_connection_lock
         if not lock.acquire(False):
             self.wait_turn()
         try:
             try:
-                result = exchange(*args, **kwargs)
+                result = exchange(first, second)
             except RedisConnectionError:
                 if not self._worked:
                     raise
                 self._worked = False
                 if self.on_reconnect is not None:
                     self.on_reconnect()
-                result = exchange(*args, **kwargs)
+                result = exchange(first, second)
             self._worked = True
             return result
         finally:
@@ -168,7 +172,7 @@ class KeptConnectionClient(Redis):
 
     def _command(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         if self.asking:
-            return self._exchange([(args, options)])[0].unwrap()
+            return self._exchange([(args, options)], True)[0].unwrap()
         if self.direct_ready():
             return self._direct(args, options)
         return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
@@ -223,7 +227,8 @@ class KeptConnectionClient(Redis):
         a connection that had worked and broke is replaced and the command sent
         once more.
         """
-        return self._retried(self._exchange_encoded, encoded, 1)[0]
+        exchange = self._encoded_exchange or self._learn_exchange()
+        return self._retried(exchange, encoded, 1)[0]
 
     def transaction_encoded(self, encoded: bytes, count: int) -> list[Any]:
         """Run a MULTI/EXEC already encoded in RESP (``count`` commands); return their replies.
@@ -233,11 +238,14 @@ class KeptConnectionClient(Redis):
         :meth:`direct_ready`. Replies, errors and the one resend on a new
         connection as :meth:`transaction_replies`.
         """
-        replies = self._retried(self._exchange_encoded, encoded, count + 2)
+        exchange = self._encoded_exchange or self._learn_exchange()
+        replies = self._retried(exchange, encoded, count + 2)
         return _transaction_result(replies, asking=False)
 
-    def run_transaction(self, transaction: Transaction, values: Sequence[Any]) -> list[Any]:
-        """Run ``transaction``'s commands, ``values`` in its slots; return their replies.
+    def run_transaction(
+        self, transaction: Transaction, key: str, values: tuple[Any, ...]
+    ) -> list[Any]:
+        """Run ``transaction``'s commands, ``key`` and ``values`` in its slots; return the replies.
 
         Replies and errors as :meth:`transaction_replies`. Encoded by the
         transaction itself (its fixed bytes made once) where
@@ -245,26 +253,32 @@ class KeptConnectionClient(Redis):
         handle) redis-py's way, the same commands.
         """
         if self.direct_ready():
-            return self.transaction_encoded(transaction.encode(*values), len(transaction.commands))
-        return self.transaction_replies(transaction.filled(*values))
+            encoded = transaction.encode(key, values)
+            return self.transaction_encoded(encoded, len(transaction.commands))
+        return self.transaction_replies(transaction.filled(key, values))
 
-    def _exchange_encoded(self, encoded: bytes, count: int) -> list[Any]:
-        """Send ``encoded``; return its ``count`` replies as read, error replies in place.
+    def _learn_exchange(self) -> Callable[[bytes, int], list[Any]]:
+        """Return (and keep) how encoded commands are exchanged on this client's connection.
 
         Straight on the socket where redis-py's layout allows
-        (``redis_py.exchange_on_socket``); otherwise, or on a connection not
-        connected yet, redis-py's send and read. Either closes the connection
-        when it fails. The caller holds the client's lock.
+        (``redis_py.SocketPath``: its bound ``exchange``, so that no frame of
+        ours stands between the retry helper and the socket); otherwise
+        redis-py's send and read (:meth:`_exchange_encoded`). The connection
+        is this client's for its life (redis-py reconnects it in place).
         """
         connection: Any = self.connection  # redis-py's Connection is untyped
-        sockets = self._on_socket
-        if sockets is None:
-            sockets = self._on_socket = socket_path_possible(connection)
-        if sockets:
-            replies = exchange_on_socket(connection, encoded, count)
-            if replies is not None:
-                return replies
-        # redis-py's way: its send (which connects), then its parser.
+        self._on_socket = socket_path_possible(connection)
+        exchange = SocketPath(connection).exchange if self._on_socket else self._exchange_encoded
+        self._encoded_exchange = exchange
+        return exchange
+
+    def _exchange_encoded(self, encoded: bytes, count: int) -> list[Any]:
+        """Send ``encoded`` redis-py's way; return its ``count`` replies, error replies in place.
+
+        redis-py's send (which connects) then its parser; the connection is
+        closed when either fails. The caller holds the client's lock.
+        """
+        connection: Any = self.connection  # redis-py's Connection is untyped
         try:
             connection.send_packed_command([encoded])
             return read_replies(connection, count)
@@ -287,13 +301,12 @@ class KeptConnectionClient(Redis):
 
         :raises redis.exceptions.RedisError: if Redis cannot answer (no reply).
         """
-        return [reply.value for reply in self._retried(self._exchange, commands)]
+        return [reply.value for reply in self._retried(self._exchange, commands, self.asking)]
 
-    def _exchange(self, commands: Sequence[Command]) -> list[_Reply]:
+    def _exchange(self, commands: Sequence[Command], asking: bool) -> list[_Reply]:
         # redis-py's Connection is untyped; Any keeps mypy --strict quiet about it.
         connection: Any = self.connection
         assert connection is not None, "a kept-connection client always holds one"
-        asking = self.asking
         wire: list[tuple[Any, ...]] = []
         for args, _ in commands:
             if asking:
@@ -330,16 +343,16 @@ class KeptConnectionClient(Redis):
             command fails (the first error reply is raised; every reply is
             read all the same, so the connection stays usable).
         """
-        return self._retried(self._run_transaction, commands)
+        return self._retried(self._run_transaction, commands, self.asking)
 
-    def _run_transaction(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    def _run_transaction(self, commands: Sequence[Sequence[Any]], asking: bool) -> list[Any]:
         # redis-py's Connection is untyped; Any keeps mypy --strict quiet about it.
         connection: Any = self.connection
         assert connection is not None, "a kept-connection client always holds one"
-        # One ASKING before MULTI: the node checks the transaction's keys at
-        # EXEC, and the flag lasts until the transaction ends. MULTI, EXEC
-        # and ASKING are encoded once per process; only the commands are here.
-        asking = self.asking
+        # One ASKING before MULTI (``asking``: following ASK): the node checks
+        # the transaction's keys at EXEC, and the flag lasts until the
+        # transaction ends. MULTI, EXEC and ASKING are encoded once per
+        # process; only the commands are here.
         parts = [ASKING, MULTI] if asking else [MULTI]
         parts += _encode_all(connection, commands, here=self.direct_ready())
         parts.append(EXEC)

@@ -42,7 +42,7 @@ MAX_CONNECTIONS: Any = getattr(redis_exceptions, "MaxConnectionsError", ())
 
 
 def socket_path_possible(connection: Any) -> bool:
-    """Return whether :func:`exchange_on_socket` may stand in for redis-py's send and read.
+    """Return whether :class:`SocketPath` may stand in for redis-py's send and read.
 
     Only for redis-py's hiredis parser as redis-py 5 to 8 lay it out (the
     connection's socket, the parser's hiredis reader and buffer, its "not
@@ -115,71 +115,99 @@ def would_block(pool: object) -> bool:
     return queue is not None and bool(queue.empty())
 
 
-def exchange_on_socket(connection: Any, encoded: bytes, count: int) -> list[Any] | None:
-    """Write ``encoded`` on the socket of ``connection``; return its ``count`` replies.
+class SocketPath:
+    """The exchange of encoded commands straight on one connection's socket.
 
-    ``None`` when the connection is not connected: nothing was sent (the
-    caller takes redis-py's way, which connects it). Only where
-    :func:`socket_path_possible`.
-
-    What redis-py's ``send_packed_command`` then ``count`` calls of its
-    parser's ``read_response`` do, errors and all: a failed write or read
-    closes the connection and raises redis-py's ``TimeoutError`` or
-    ``ConnectionError`` naming the server; an error reply is returned in its
-    place, except one that means the server cannot serve (``LOADING``: a
-    ``ConnectionError``; alone, or first in an array, as EXEC's), raised as
-    redis-py raises it; RESP3 push messages among the replies go to
-    redis-py's handlers, and a server's maintenance notice is acted on
-    (:func:`reconnect_if_told`). One write, then reads until the replies are
-    in: the few system calls a round trip needs.
+    Only where :func:`socket_path_possible`. A client learns it once
+    (``KeptConnectionClient``) and calls :meth:`exchange`, a bound method:
+    no frame between the retry helper and the socket.
     """
-    sock = connection._sock
-    parser = connection._parser
-    reader = parser._reader
-    if sock is None or reader is None:
-        return None
-    pushed = written = False
-    replies: list[Any] = []
-    try:
-        write(sock, encoded)
-        written = True
-        if getattr(parser, "_next_response", NOT_ENOUGH_DATA) is not NOT_ENOUGH_DATA:
-            # redis-py before 8 may hold a reply its can_read() read ahead.
-            replies = [parser.read_response() for _ in range(count)]
-        else:
-            buffer = parser._buffer
-            push = getattr(parser, "_hiredis_PushNotificationType", None)
-            while len(replies) < count:
-                reply = reader.gets()
-                while reply is NOT_ENOUGH_DATA:
-                    read = sock.recv_into(buffer)
-                    if not read:
-                        raise RedisConnectionError("Connection closed by server.")
-                    reader.feed(buffer, 0, read)
+
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+
+    def exchange(self, encoded: bytes, count: int) -> list[Any]:
+        """Write ``encoded`` on the connection's socket; return its ``count`` replies.
+
+        What redis-py's ``send_packed_command`` then ``count`` calls of its
+        parser's ``read_response`` do, errors and all: a connection not
+        connected is connected first (redis-py's ``connect``, its handshake
+        included); a failed write or read closes the connection and raises
+        redis-py's ``TimeoutError`` or ``ConnectionError`` naming the server;
+        an error reply is returned in its place, except one that means the
+        server cannot serve (``LOADING``: a ``ConnectionError``; alone, or
+        first in an array, as EXEC's), raised as redis-py raises it; RESP3
+        push messages among the replies go to redis-py's handlers, and a
+        server's maintenance notice is acted on (:func:`reconnect_if_told`).
+        One write, then reads until the replies are in: the few system calls
+        a round trip needs.
+        """
+        connection = self.connection
+        sock = connection._sock
+        if sock is None:
+            connection.connect()  # as redis-py's send does (raises its ConnectionError)
+            sock = connection._sock
+        parser = connection._parser
+        reader = parser._reader
+        try:
+            write(sock, encoded)
+        except BaseException as exc:
+            error = failed_write(connection, exc)  # (it closes the connection)
+            reconnect_if_told(connection)
+            if error is exc:
+                raise
+            raise error from None
+        pushed = False
+        try:
+            if getattr(parser, "_next_response", NOT_ENOUGH_DATA) is not NOT_ENOUGH_DATA:
+                # redis-py before 8 may hold a reply its can_read() read ahead.
+                replies = [parser.read_response() for _ in range(count)]
+            else:
+                replies = []
+                buffer = parser._buffer
+                push = getattr(parser, "_hiredis_PushNotificationType", None)
+                while True:
                     reply = reader.gets()
-                if push is not None and isinstance(reply, push):  # RESP3: not a reply
-                    parser.handle_push_response(reply)
-                    pushed = True
-                    continue
-                if isinstance(reply, RedisConnectionError):
-                    raise reply  # LOADING and the like
-                if type(reply) is list and reply and isinstance(reply[0], RedisConnectionError):
-                    raise reply[0]
-                replies.append(reply)
-    except BaseException as exc:
-        # (Either closes the connection: replies may be left unread.)
-        error = failed_read(connection, exc) if written else failed_write(connection, exc)
-        reconnect_if_told(connection)
-        if error is exc:
-            raise
-        raise error from (exc if written else None)
-    if pushed or getattr(connection, "_should_reconnect", False):
-        # A server's maintenance notice (redis-py 6+, RESP3), on this
-        # connection (a push among the replies) or on another of the pool,
-        # which marks this one. Read as redis-py's attribute first: the
-        # check itself costs 2 calls, on every decision.
-        reconnect_if_told(connection)
-    return replies
+                    if reply is NOT_ENOUGH_DATA:
+                        read = sock.recv_into(buffer)
+                        if not read:
+                            raise RedisConnectionError("Connection closed by server.")
+                        reader.feed(buffer, 0, read)
+                    elif push is not None and isinstance(reply, push):  # RESP3: not a reply
+                        parser.handle_push_response(reply)
+                        pushed = True
+                    else:
+                        replies.append(reply)
+                        if len(replies) == count:
+                            break
+            # Error replies that mean the server cannot serve (LOADING and the
+            # like), alone or first in an array (EXEC's), raised as redis-py does;
+            # looked for once, in the last reply (a decision's one reply, or EXEC's).
+            last = replies[-1]
+            if isinstance(last, RedisConnectionError):
+                raise last
+            if type(last) is list and last and isinstance(last[0], RedisConnectionError):
+                raise last[0]
+            if count > 1:
+                for reply in replies:
+                    if isinstance(reply, RedisConnectionError):
+                        raise reply
+        except BaseException as exc:
+            # (It closes the connection: replies may be left unread.)
+            error = failed_read(connection, exc)
+            reconnect_if_told(connection)
+            if error is exc:
+                raise
+            raise error from exc
+        if pushed or getattr(connection, "_should_reconnect", False):
+            # A server's maintenance notice (redis-py 6+, RESP3), on this
+            # connection (a push among the replies) or on another of the pool,
+            # which marks this one. Read as redis-py's attribute first: the
+            # check itself costs 2 calls, on every decision.
+            reconnect_if_told(connection)
+        return replies
 
 
 def read_replies(connection: Any, count: int) -> list[Any]:

@@ -11,7 +11,6 @@ the caller goes redis-py's way.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from operator import itemgetter
 
 Argument = int | str | bytes
 
@@ -94,55 +93,64 @@ class Transaction:
     ``Transaction([("INCRBY", KEY, COST), ("PTTL", KEY)])``, ``COST`` a
     :class:`Slot`; :meth:`encode` gives it in RESP for the key and the other
     slots' values, byte for byte what :func:`command` makes of each command
-    (``tests/backends/test_resp.py``), in one formatting: the fixed bytes were joined
-    when it was made. The key (which may stand in several places) is encoded
-    on every call; the other values are the same on nearly every call (a
-    cost of 1, a window's end that changes once a window), so their
-    encodings are kept, by their values (at most :data:`MAX_VALUES`, then
-    they are all dropped). ``KeptConnectionClient.run_transaction`` runs it.
+    (``tests/backends/test_resp.py``). The other values are the same on
+    nearly every call (a cost of 1, a window's end that changes once a
+    window), so for each set of them a template is kept: every byte but the
+    key's, which is the one formatting left per call (at most
+    :data:`MAX_VALUES` templates, then they are all dropped).
+    ``KeptConnectionClient.run_transaction`` runs it.
     """
 
     def __init__(self, commands: Iterable[Iterable[Argument | Slot]]) -> None:
         self.commands = tuple(tuple(each) for each in commands)
         slots: list[Slot] = [KEY]
-        order: list[int] = []
-        parts: list[bytes] = [MULTI]
+        #: MULTI, the commands and EXEC: fixed bytes, and slots' indexes in :attr:`slots`.
+        pieces: list[bytes | int] = [MULTI]
         for each in self.commands:
-            parts.append(b"*%d\r\n" % len(each))
+            pieces.append(b"*%d\r\n" % len(each))
             for arg in each:
                 if isinstance(arg, Slot):
                     if arg not in slots:
                         slots.append(arg)
-                    order.append(slots.index(arg))
-                    parts.append(b"%b")
+                    pieces.append(slots.index(arg))
                 else:
-                    parts.append(bulk(arg).replace(b"%", b"%%"))
-        parts.append(EXEC)
+                    pieces.append(bulk(arg))
+        pieces.append(EXEC)
         #: :data:`KEY`, then the other slots in the order they first stand in.
         self.slots = tuple(slots)
-        self._format = b"".join(parts)
-        #: The slots' encodings (the key's, then the others') in the order they stand in.
-        self._in_order = itemgetter(*order) if len(order) > 1 else lambda found: (found[order[0]],)
-        self._values: dict[tuple[Argument, ...], tuple[bytes, ...]] = {}
+        self._pieces = tuple(pieces)
+        #: How many times the key stands in the commands.
+        self._key_uses = pieces.count(0)
+        self._templates: dict[tuple[Argument, ...], bytes] = {}
 
-    def encode(self, key: str, *values: Argument) -> bytes:
+    def encode(self, key: str, values: tuple[Argument, ...]) -> bytes:
         """Return the transaction in RESP, ``key`` and ``values`` in the slots (:attr:`slots`).
 
         :raises TypeError: for a value :func:`bulk` cannot encode, or a wrong number of them.
         """
-        kept = self._values
-        encoded = kept.get(values)
-        if encoded is None:
-            if len(values) != len(self.slots) - 1:
-                raise TypeError(f"{len(self.slots) - 1} values expected, not {len(values)}")
-            encoded = tuple(map(bulk, values))
-            if len(kept) >= MAX_VALUES:
-                kept.clear()  # (times and ends move on: old ones are not asked again)
-            kept[values] = encoded
+        template = self._templates.get(values)
+        if template is None:
+            template = self._template(values)
         data = key.encode()  # as bulk encodes a key, in one formatting
-        return self._format % self._in_order((b"$%d\r\n%b\r\n" % (len(data), data), *encoded))
+        return template % ((b"$%d\r\n%b\r\n" % (len(data), data),) * self._key_uses)
 
-    def filled(self, key: str, *values: Argument) -> list[tuple[Argument, ...]]:
+    def _template(self, values: tuple[Argument, ...]) -> bytes:
+        """Return (and keep) the transaction's bytes for ``values``, ``%b`` where the key goes."""
+        if len(values) != len(self.slots) - 1:
+            raise TypeError(f"{len(self.slots) - 1} values expected, not {len(values)}")
+        encoded = [bulk(value).replace(b"%", b"%%") for value in values]
+        template = b"".join(
+            (b"%b" if piece == 0 else encoded[piece - 1]) if type(piece) is int  # a slot
+            else piece.replace(b"%", b"%%")  # type: ignore[union-attr]  # bytes
+            for piece in self._pieces
+        )  # fmt: skip
+        kept = self._templates
+        if len(kept) >= MAX_VALUES:
+            kept.clear()  # (times and ends move on: old ones are not asked again)
+        kept[values] = template
+        return template
+
+    def filled(self, key: str, values: tuple[Argument, ...]) -> list[tuple[Argument, ...]]:
         """Return the commands (no ``MULTI``, ``EXEC``), ``key`` and ``values`` in the slots."""
         by_slot = dict(zip(self.slots, (key, *values), strict=True))
         return [

@@ -36,14 +36,19 @@ def record(request: Any, decisions: Sequence[Decision]) -> list[Decision]:
     """
     if not installed.looked:
         installed.look()
-    http_request = getattr(request, "_request", request)
-    every: list[Decision] | None = getattr(http_request, REQUEST_ATTRIBUTE, None)
+    # Read from the instances' own attributes: getattr with a default on a
+    # request that lacks one (an HttpRequest has no ``_request``; a new one
+    # has neither list nor flag) raises and catches an AttributeError inside,
+    # on every decision. (DRF's Request keeps ``_request`` in its own.)
+    http_request = request.__dict__.get("_request", request)
+    own = http_request.__dict__
+    every: list[Decision] | None = own.get(REQUEST_ATTRIBUTE)
     if every is None:
         every = []
         setattr(http_request, REQUEST_ATTRIBUTE, every)
     if decisions:
-        every.extend(decisions)
-    if not getattr(http_request, LIMITED, False):
+        every += decisions
+    if not own.get(LIMITED, False):
         limited = False
         for decision in decisions:
             if not decision.allowed and not decision.shadow:  # (Decision.denies)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 from asgiref.sync import SyncToAsync
@@ -76,7 +77,7 @@ class Slots:
         # closer gives back nothing. Leases hold connections and locks.
         return (Slots, ())
 
-    def add(self, held: list[Lease]) -> None:
+    def add(self, held: Sequence[Lease]) -> None:
         """Hold ``held`` until the request ends; give them back now if it has ended."""
         with _lock:
             if not self._ended:
@@ -128,7 +129,7 @@ def _request_context() -> Any:
     return None if var is None else var.get(None)
 
 
-def hold(request: Any, held: list[Lease]) -> Slots:
+def hold(request: Any, held: Sequence[Lease]) -> Slots:
     """Hold ``held`` (slots ``request`` took) until the request ends; return the request's slots.
 
     ``request`` is Django's ``HttpRequest`` or DRF's ``Request``. The caller

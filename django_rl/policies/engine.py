@@ -56,7 +56,11 @@ class Verdict(NamedTuple):
     decisions: Sequence[Decision]
     blocking: Sequence[Decision]
     every: Sequence[Decision]
-    held: list[Lease]
+    held: Sequence[Lease]
+
+
+#: A Verdict's ``held`` when its Decisions took no slots (shared: never changed).
+NO_LEASES: tuple[Lease, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,7 @@ class Limit:
         :raises ConfigurationError: for a policy that is missing or invalid.
         """
         if self.methods is not None and request.method not in self.methods:
-            return new_tuple(Verdict, ((), (), not_limited(request), []))
+            return new_tuple(Verdict, ((), (), not_limited(request), NO_LEASES))
         one = self._one
         if one is None:
             decisions = hit_all(request, self.policies(), self.cost)
@@ -117,30 +121,28 @@ class Limit:
                 Verdict, (decisions, blocking, record(request, decisions), held(decisions))
             )
         policy = get_policy(one) if type(one) is str else inline_policy(one)
-        decision, every = decide_one(request, policy, self.cost)
-        if decision is None:
-            return new_tuple(Verdict, ((), (), every, []))
-        lease = decision.lease
-        taken = [] if lease is None or lease.released else [lease]
-        if self.block and not decision.allowed and not decision.shadow:  # (Decision.denies)
-            return new_tuple(Verdict, ((decision,), (decision,), every, taken))
-        return new_tuple(Verdict, ((decision,), (), every, taken))
+        return decide_one(request, policy, self.cost, self.block)
 
 
-def decide_one(
-    request: Any, policy: Policy, cost: int = 1
-) -> tuple[Decision | None, list[Decision]]:
-    """Decide ``request`` by ``policy`` alone and record it; return its and all the Decisions.
+def decide_one(request: Any, policy: Policy, cost: int = 1, block: bool = True) -> Verdict:
+    """Decide ``request`` by ``policy`` alone and record it: :meth:`Limit.decide` for one policy.
 
-    All: every Decision recorded on the request so far, its own last. Its
-    Decision is ``None`` when the policy does not apply to the request, or
-    is a shadow policy whose decision raised (logged).
+    No Decision when the policy does not apply to the request, or is a
+    shadow policy whose decision raised (logged). ``block``: a denial blocks.
     """
     try:
         decision = policy.hit_request(request, cost)
     except Exception as exc:
         decision = _left_out(policy, exc)
-    return decision, record(request, () if decision is None else (decision,))
+    if decision is None:
+        return new_tuple(Verdict, ((), (), record(request, ()), NO_LEASES))
+    decisions = (decision,)
+    every = record(request, decisions)
+    lease = decision.lease
+    taken = NO_LEASES if lease is None or lease.released else (lease,)
+    if block and not decision.allowed and not decision.shadow:  # (Decision.denies)
+        return new_tuple(Verdict, (decisions, decisions, every, taken))
+    return new_tuple(Verdict, (decisions, (), every, taken))
 
 
 def _left_out(policy: Policy, exc: Exception) -> Decision | None:

@@ -11,10 +11,11 @@ then Redis (or not):
    the identity (an exemption: no limit; a block: denied, no Redis; another
    rate), else the policy's rate, or the rate its function picks for the
    request (``None``: no limit);
-2. :meth:`Policy._prepare`, the hit at that rate: a static rate's answer, a
-   cost above the limit (``outcomes.too_heavy``: one documented behaviour),
-   the deny cache's answer, or a :class:`Pending` hit that only Redis can
-   decide: :meth:`Policy.ask` (one round trip), or ``together.py`` with the
+2. the preparation (in :meth:`Policy._decide` itself), the hit at that
+   rate: a static rate's answer, a cost above the limit
+   (``outcomes.too_heavy``: one documented behaviour), the deny cache's
+   answer, or a :class:`Pending` hit that only Redis can decide:
+   :meth:`Policy.ask` (one round trip), or ``together.py`` with the
    request's other policies.
 
 ``peek`` takes step 1 too. The Decision is then reported once
@@ -123,7 +124,7 @@ class Policy(PolicyShape):
         :raises ValueError: if ``cost`` is not a whole number from 1 to the
             limit (a per-plan rate's limit, known only now, denies instead).
         """
-        made = self._decide(identity, cost, request, also, strict=self.rates is None)
+        made = self._decide(identity, cost, request, also, self.rates is None, False)
         decision = made or outcomes.no_limit(self.name)
         return self.report(identity, decision, also=also)  # type: ignore[arg-type]  # asked
 
@@ -134,7 +135,7 @@ class Policy(PolicyShape):
         (``engine.py``); give the Decision made of it (:meth:`answered`,
         :meth:`unanswered`) to :meth:`report`.
         """
-        made = self._decide(identity, cost, request, None, strict=self.rates is None, defer=True)
+        made = self._decide(identity, cost, request, None, self.rates is None, True)
         return made or outcomes.no_limit(self.name)
 
     def hit_request(
@@ -175,7 +176,7 @@ class Policy(PolicyShape):
             identity = self.identify(request)
             if identity is None:
                 return None
-        made = self._decide(identity, cost, request, None, strict=False, defer=True)
+        made = self._decide(identity, cost, request, None, False, True)
         return None if made is None else (identity, made)
 
     def _decide(
@@ -184,24 +185,44 @@ class Policy(PolicyShape):
         cost: int,
         request: Any,
         also: str | None,
-        *,
         strict: bool,
-        defer: bool = False,
+        defer: bool,
     ) -> Decision | Pending | None:
         """The one decision of a hit: select the rate, prepare the hit, ask (unless ``defer``).
 
         ``None``: no limit applies. ``strict``: a cost above the policy's own
         limit raises (the programmatic API), see ``outcomes.too_heavy``.
+        (One frame for both steps, arguments all positional: this runs on
+        every decision, and each frame or keyword costs.)
         """
-        selected: Variant | Decision | None = self._variant
-        if selected is None or rules_for(self.name) is not None:  # (else: no override, one rate)
+        # Step 1, selection (:meth:`_select`): the rate, a block's Decision, or no limit.
+        variant = self._variant
+        if variant is None or rules_for(self.name) is not None:  # (else: no override, one rate)
             selected = self._select(identity, request, also, "hit")
-        if type(selected) is not Variant:
-            return selected  # type: ignore[return-value]  # a block's Decision, or None
-        made = self._prepare(selected, identity, cost, strict=strict)
-        if defer or type(made) is not Pending:
-            return made
-        return self.ask(made)
+            if not isinstance(selected, Variant):
+                return selected  # a block's Decision, or None
+            variant = selected
+        # Step 2, preparation: the hit Redis must decide, or its Decision made without Redis.
+        if type(cost) is not int or not 1 <= cost <= variant.limit:
+            return self._unusual_cost(variant, cost, strict)
+        # safe_identity, its usual case first (a plain str kept verbatim).
+        if type(identity) is not str or verbatim(identity) is None:
+            identity_in_key = safe_identity(identity)
+        else:
+            identity_in_key = identity
+        key = variant.key_head + identity_in_key + variant.key_tail
+        denials = self.denials
+        if denials is None or given_ms() is not None:
+            # (A given time: the deny cache keeps this process's time, not that one.)
+            pending = new_tuple(Pending, (self, variant, identity, key, cost, 0.0))
+        else:
+            if denials.holds(key) is not None:
+                known = denials.lookup(key, cost)
+                if known is not None:
+                    count_deny_cache_answer(self.name)
+                    return self._without_redis(known)
+            pending = new_tuple(Pending, (self, variant, identity, key, cost, denials.clock()))
+        return pending if defer else self.ask(pending)
 
     def _select(
         self, identity: str, request: Any, also: str | None, method: str
@@ -234,34 +255,20 @@ class Policy(PolicyShape):
             )
         return self.variant_for(request)
 
-    def _prepare(
-        self, variant: Variant, identity: str, cost: int, *, strict: bool
-    ) -> Pending | Decision:
-        """Step 2: the hit Redis must decide, or its Decision made without Redis."""
-        if type(cost) is not int or not 1 <= cost <= variant.limit:
-            # Off the usual path. Static rates have limit 0: always here.
-            if isinstance(variant.algorithm, StaticAlgorithm):
-                return self._without_redis(outcomes.static(self.name, variant, cost))
-            if type(cost) is not int or cost < 1:  # (``type`` rules out bool)
-                raise outcomes.bad_cost(cost)
-            strict = strict and variant is self._variant
-            return self._without_redis(outcomes.too_heavy(self.name, variant, cost, strict=strict))
-        # safe_identity, its usual case first (a plain str kept verbatim).
-        if type(identity) is not str or verbatim(identity) is None:
-            identity_in_key = safe_identity(identity)
-        else:
-            identity_in_key = identity
-        key = variant.key_head + identity_in_key + variant.key_tail
-        denials = self.denials
-        if denials is None or given_ms() is not None:
-            # (A given time: the deny cache keeps this process's time, not that one.)
-            return new_tuple(Pending, (self, variant, identity, key, cost, 0.0))
-        if denials.holds(key) is not None:
-            known = denials.lookup(key, cost)
-            if known is not None:
-                count_deny_cache_answer(self.name)
-                return self._without_redis(known)
-        return new_tuple(Pending, (self, variant, identity, key, cost, denials.clock()))
+    def _unusual_cost(self, variant: Variant, cost: Any, strict: bool) -> Decision:
+        """Step 2 for a cost not from 1 to the limit: a static rate's Decision, or too heavy.
+
+        Static rates have limit 0: always here.
+
+        :raises ValueError: for a cost that is not a whole number of at least 1,
+            or (``strict``, the policy's own limit) above the limit.
+        """
+        if isinstance(variant.algorithm, StaticAlgorithm):
+            return self._without_redis(outcomes.static(self.name, variant, cost))
+        if type(cost) is not int or cost < 1:  # (``type`` rules out bool)
+            raise outcomes.bad_cost(cost)
+        strict = strict and variant is self._variant
+        return self._without_redis(outcomes.too_heavy(self.name, variant, cost, strict=strict))
 
     def _without_redis(self, decision: Decision) -> Decision:
         """Return a Decision made without Redis, marked shadow for a policy in shadow mode.

@@ -64,7 +64,7 @@ def test_health_checks_keep_redis_pys_way(redis_server):
 
 def test_an_exchange_on_the_socket_is_what_redis_py_reads(connection):
     ping = b"".join(connection.pack_command("PING"))
-    assert redis_py.exchange_on_socket(connection, ping, 1) == [b"PONG"]
+    assert redis_py.SocketPath(connection).exchange(ping, 1) == [b"PONG"]
     commands = [
         ("MULTI",),
         ("DEL", "rp-k"),
@@ -73,7 +73,7 @@ def test_an_exchange_on_the_socket_is_what_redis_py_reads(connection):
         ("EXEC",),
     ]
     multi = b"".join(b"".join(connection.pack_command(*command)) for command in commands)
-    ok, *queued, (_, count, error) = redis_py.exchange_on_socket(connection, multi, 5)
+    ok, *queued, (_, count, error) = redis_py.SocketPath(connection).exchange(multi, 5)
     assert ok in (b"OK", "OK") and all(each in (b"QUEUED", "QUEUED") for each in queued)
     assert (count, isinstance(error, ResponseError)) == (2, True)
     # Replies left none unread: redis-py's own read answers the next command.
@@ -81,7 +81,9 @@ def test_an_exchange_on_the_socket_is_what_redis_py_reads(connection):
     assert connection.read_response() in (b"PONG", "PONG")
     connection.disconnect()
     assert redis_py.connected_socket(connection) is None
-    assert redis_py.exchange_on_socket(connection, ping, 1) is None  # not connected: not sent
+    # Not connected: connected first, as redis-py's send does.
+    assert redis_py.SocketPath(connection).exchange(ping, 1) == [b"PONG"]
+    assert redis_py.connected_socket(connection) is not None
 
 
 def test_a_read_that_fails_names_the_server_as_redis_py_does(connection):

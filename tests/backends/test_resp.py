@@ -58,11 +58,44 @@ def test_the_fixed_windows_transaction_is_encoded_as_redis_py_encodes_it(key, wi
             redis_py("EXEC"),
         ]
     )
-    assert hit.encode(window_key, cost, end) == expected
-    assert hit.encode(window_key, cost, end) == expected  # its end kept
+    assert hit.encode(window_key, (cost, end)) == expected
+    assert hit.encode(window_key, (cost, end)) == expected  # its end kept
     # redis-py's way (ASKING, a connection it must handle) sends the same commands.
-    assert b"".join([redis_py("MULTI"), *(redis_py(*c) for c in hit.filled(window_key, cost, end)),
-                     redis_py("EXEC")]) == expected  # fmt: skip
+    filled = hit.filled(window_key, (cost, end))
+    sent = [redis_py("MULTI"), *(redis_py(*c) for c in filled), redis_py("EXEC")]
+    assert b"".join(sent) == expected
+
+
+@given(
+    st.lists(st.lists(st.one_of(arguments, st.sampled_from(["k", "v", "w"])), max_size=4),
+             min_size=1, max_size=4),
+    st.text(max_size=20),
+    st.lists(st.tuples(arguments, arguments), min_size=1, max_size=3),
+)  # fmt: skip
+def test_any_transaction_is_encoded_as_redis_py_encodes_it(shapes, key, value_sets):
+    """Slots anywhere (the key several times, or not first), literals and values with ``%``."""
+    slots = {"k": resp.KEY, "v": resp.Slot("v"), "w": resp.Slot("w")}
+    commands = [["SET", *(slots.get(arg, arg) for arg in shape)] for shape in shapes]
+    transaction = resp.Transaction(commands)
+    for values in [*value_sets, *value_sets]:  # the second time from the kept templates
+        values = values[: len(transaction.slots) - 1]
+        by_slot = dict(zip(transaction.slots, (key, *values), strict=False))
+        filled = [[by_slot.get(arg, arg) if isinstance(arg, resp.Slot) else arg for arg in each]
+                  for each in commands]  # fmt: skip
+        expected = b"".join([redis_py("MULTI"), *(redis_py(*c) for c in filled), redis_py("EXEC")])
+        assert transaction.encode(key, values) == expected
+        assert transaction.filled(key, values) == [tuple(each) for each in filled]
+
+
+def test_a_transactions_templates_are_dropped_past_the_most_kept():
+    transaction = resp.Transaction([("INCRBY", resp.KEY, resp.Slot("cost"))])
+    for cost in range(resp.MAX_VALUES + 5):
+        assert transaction.encode("k%s", (cost,)) == b"".join(
+            [redis_py("MULTI"), redis_py("INCRBY", "k%s", cost), redis_py("EXEC")]
+        )
+    assert len(transaction._templates) <= resp.MAX_VALUES
+    with pytest.raises(TypeError, match="1 values expected, not 2"):
+        transaction.encode("k", (1, 2))
 
 
 @given(

@@ -33,20 +33,21 @@ CHILD = r"""
 import os, sys
 import redis
 from django_rl.backends.redis_py import (
-    connected_socket, exchange_on_socket, socket_path_possible,
+    SocketPath, connected_socket, socket_path_possible,
 )
 connection = redis.Connection(port=int(sys.argv[1]), socket_timeout=0.5)
 connection.connect()
 assert socket_path_possible(connection), "hiredis' parser expected"
 print("fd", connected_socket(connection).fileno(), flush=True)
+exchange = SocketPath(connection).exchange
 ping = b"*1\r\n$4\r\nPING\r\n"
 commands = [("MULTI",), ("INCR", "k"), ("PEXPIRE", "k", 9000), ("EXEC",)]
 multi = b"".join(b"".join(connection.pack_command(*command)) for command in commands)
 os.write(2, b"BEGIN\n")
 for _ in range(40):
-    assert exchange_on_socket(connection, ping, 1) == [b"PONG"]
+    assert exchange(ping, 1) == [b"PONG"]
 for _ in range(40):
-    replies = exchange_on_socket(connection, multi, 4)
+    replies = exchange(multi, 4)
     assert replies[-1][1] == 1, replies
 os.write(2, b"END\n")
 """
