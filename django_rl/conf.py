@@ -105,6 +105,30 @@ def use_validator(validator: Callable[[object], Sequence[_Problem]]) -> None:
     get_settings.cache_clear()  # read before the app was ready: validate it now
 
 
+#: What this process adds to ``KEY_PREFIX`` (:func:`use_key_suffix`); ``""``: nothing.
+_key_suffix = ""
+
+
+def use_key_suffix(suffix: str) -> None:
+    """Write and read every key of this process under ``<KEY_PREFIX>:<suffix>`` from now on.
+
+    For pytest-xdist (the pytest plugin, ``django_rl.testing.plugin``): each
+    worker keeps its own state under its own prefix (``rl:gw0``, ``rl:gw1``),
+    still under ``KEY_PREFIX`` (a least-privilege ACL user's ``~rl:*``
+    covers it), whatever ``override_settings`` does to ``DJANGO_RL``.
+    Every cache built from the settings is forgotten, as on a change of them.
+    ``""`` goes back to ``KEY_PREFIX`` alone.
+    """
+    global _key_suffix
+    _key_suffix = suffix
+    _settings_changed(setting="DJANGO_RL")
+
+
+def key_suffix() -> str:
+    """Return what :func:`use_key_suffix` set (``""``: nothing)."""
+    return _key_suffix
+
+
 @functools.cache
 def get_settings() -> Settings:
     """Return the validated settings; raise :class:`ConfigurationError` if they are wrong.
@@ -126,7 +150,7 @@ def get_settings() -> Settings:
     merged = {**DEFAULTS, **raw}
     return Settings(
         connection=merged["CONNECTION"],
-        key_prefix=merged["KEY_PREFIX"],
+        key_prefix=f"{merged['KEY_PREFIX']}:{_key_suffix}" if _key_suffix else merged["KEY_PREFIX"],
         fail_open=merged["FAIL_OPEN"],
         num_proxies=merged["NUM_PROXIES"],
         default_policy=merged["DEFAULT_POLICY"],
@@ -199,5 +223,7 @@ __all__ = [
     "forget_on_change",
     "generation",
     "get_settings",
+    "key_suffix",
     "raw_settings",
+    "use_key_suffix",
 ]

@@ -20,6 +20,21 @@ RESYNC_INTERVAL = 30.0
 MAX_DRIFT = 1e-4
 
 
+def app_ms() -> int:
+    """Return this host's wall-clock time in ms, read from ``time.time_ns()`` at each call.
+
+    The clock of ``CLOCK: "app"``: decisions and everything that keeps time
+    in them (the deny cache, the outage fallback) read it, so time-machine
+    and freezegun, which move ``time.time_ns``, move django_rl's clock.
+    """
+    return time.time_ns() // 1_000_000
+
+
+def app_seconds() -> float:
+    """Return :func:`app_ms`'s clock in seconds (``time.time_ns()``, read at each call)."""
+    return time.time_ns() / 1e9
+
+
 class ClockUnavailable(Exception):
     """The offset is unknown and the measurement this call waited for failed."""
 

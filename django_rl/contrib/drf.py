@@ -23,6 +23,7 @@ each on purpose, are listed in docs/migrating.md.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Callable, Iterator, MutableMapping
@@ -44,6 +45,7 @@ from django_rl.core.identities import _normalize_address
 from django_rl.core.rates import RateError
 from django_rl.core.rates import parse_rate as parse_rate_text
 from django_rl.core.recording import record
+from django_rl.core.switches import LIMITS
 from django_rl.http.headers import write_headers
 from django_rl.observability.denials import report_denial
 from django_rl.overrides.loader import rules_for
@@ -204,6 +206,11 @@ class SimpleRateThrottle(BaseThrottle):
         if not installed.looked:  # once per process: is "django_rl" in INSTALLED_APPS?
             installed.look()
         if self.rate is None:
+            return True
+        if LIMITS.off:  # rate_limits_disabled: no limit applies, no Redis (core/switches.py)
+            # request.limited False, as the front doors set it (DRF's own tests pass {}).
+            with contextlib.suppress(AttributeError):
+                record(request, ())
             return True
         key = self.key = self.get_cache_key(request, view)
         if key is None:

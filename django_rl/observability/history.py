@@ -63,6 +63,7 @@ from collections.abc import Iterable
 from django_rl.conf import forget_on_change
 from django_rl.core.decision import Decision
 from django_rl.core.keys import safe_identity
+from django_rl.core.switches import LIMITS
 from django_rl.observability.history_store import (
     COUNTS_TTL_MS,
     FIELDS,
@@ -196,7 +197,8 @@ class Recorder:
 
     def _run(self) -> None:
         while not self._stop.wait(FLUSH_INTERVAL):
-            self.flush()
+            if not LIMITS.off:  # rate_limits_disabled: no Redis command while on
+                self.flush()
 
     def flush(self) -> bool:
         """Write the counts so far to Redis; return whether every one was written.

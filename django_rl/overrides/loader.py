@@ -43,6 +43,7 @@ from redis.exceptions import RedisError
 from django_rl.backends import RedisNode, get_backend
 from django_rl.conf import forget_on_change, get_settings
 from django_rl.core.identities import AddressForm
+from django_rl.core.switches import LIMITS
 from django_rl.overrides.rules import DEFAULT_FORM, PolicyRules, Row, build_rules
 
 #: How often each process reads the change marker (seconds).
@@ -145,7 +146,8 @@ class Loader:
                 self.rules = {}
                 break
             try:
-                self._step()
+                if not LIMITS.off:  # rate_limits_disabled: no Redis command while on
+                    self._step()
             except Exception:  # the thread must outlive any surprise
                 logger.exception("Rate-limit overrides: the loader met an unexpected error")
             if self._wake.wait(POLL_INTERVAL):

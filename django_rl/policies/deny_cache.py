@@ -45,6 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from django_rl.backends.clock import app_seconds
 from django_rl.conf import forget_on_change, get_settings
 from django_rl.core.decision import Decision
 from django_rl.policies import reset_epoch
@@ -109,7 +110,9 @@ class DenyCache:
     :param max_age: the longest an entry is used, in seconds, whatever the
         Retry-After: this bounds how long other processes keep denying after
         a reset.
-    :param clock: a monotonic clock in seconds (injected by tests).
+    :param clock: a clock in seconds: monotonic, or with ``CLOCK: "app"`` the
+        decisions' own (``backends.clock.app_seconds``); one that goes back
+        ends the entries made after the time it went back to.
     :param read_token: ``read_token(fresh)`` returns the reset token now in
         force, writing ``fresh`` if there is none, or raises (see
         ``reset_epoch.read_token``); ``None``: entries are trusted until they
@@ -170,12 +173,14 @@ class DenyCache:
         if entry is None:
             return None
         now = self.clock()
-        if now >= entry.until:
+        if not entry.asked_at <= now < entry.until:
+            # Ended; or the clock went back (CLOCK "app": a test moved
+            # time.time_ns back), and this entry is about a time to come.
             self._drop(key, entry)
             return None
         if cost != 1 and not entry.any_cost:
             return None
-        if now - self._confirmed_at >= self.check_interval and not self._confirm():
+        if not 0 <= now - self._confirmed_at < self.check_interval and not self._confirm():
             return None
         # Whole milliseconds, rounded up, as Redis's own answers are.
         retry_ms = math.ceil((entry.retry_at - now) * 1000)
@@ -332,6 +337,9 @@ def get_deny_cache() -> DenyCache | None:
     return DenyCache(
         settings.deny_cache_size,
         settings.deny_cache_max_age,
+        # CLOCK "app": the decisions' own clock (time.time_ns), so a test that
+        # moves it (time-machine, freezegun) sees remembered denials end too.
+        app_seconds if settings.clock == "app" else time.monotonic,
         read_token=reset_epoch.read_token,
         check_interval=reset_epoch.CHECK_INTERVAL,
     )

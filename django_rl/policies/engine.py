@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 from django_rl.algorithms.base import new_tuple
 from django_rl.core.decision import Decision
 from django_rl.core.recording import record
+from django_rl.core.switches import LIMITS
 from django_rl.leases import Lease, held
 from django_rl.policies import together
 from django_rl.policies.inline import InlineSpec
@@ -235,6 +236,8 @@ def hit_many(hits: Iterable[tuple[Policy | str, str, int]]) -> list[Decision]:
     for policy_or_name, identity, cost in hits:
         policy = get_policy(policy_or_name) if isinstance(policy_or_name, str) else policy_or_name
         made.append((policy, identity, policy.prepare(identity, cost)))
+    if LIMITS.off:  # rate_limits_disabled: each a no-limit Decision, nothing counted
+        return [m for _, _, m in made]  # type: ignore[misc]  # Policy._decide made no Pending
     decided = together.decide([(policy, m) for policy, _, m in made])
     return [
         policy.report(identity, decision)

@@ -46,6 +46,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from django_rl.backends.clock import app_ms
 from django_rl.conf import forget_on_change, get_settings
 from django_rl.core.decision import Decision
 from django_rl.core.keys import safe_identity
@@ -348,7 +349,10 @@ def get_fallback_store() -> FallbackStore:
 
     Built on first use and rebuilt (empty) when the settings change.
     """
-    return FallbackStore(get_settings().fallback_max_identities)
+    settings = get_settings()
+    # CLOCK "app": windows on the decisions' own clock (time.time_ns), which tests move.
+    clock = app_ms if settings.clock == "app" else now_ms
+    return FallbackStore(settings.fallback_max_identities, clock)
 
 
 forget_on_change(get_fallback_store.cache_clear)

@@ -36,6 +36,7 @@ from django_rl.algorithms.concurrency import Held
 from django_rl.backends.given_time import given_ms
 from django_rl.core.decision import Decision
 from django_rl.core.keys import safe_identity, verbatim
+from django_rl.core.switches import LIMITS
 from django_rl.leases import Lease
 from django_rl.observability.denials import report_denial
 from django_rl.observability.history import RECORDER, field_of
@@ -125,8 +126,11 @@ class Policy(PolicyShape):
             limit (a per-plan rate's limit, known only now, denies instead).
         """
         made = self._decide(identity, cost, request, also, self.rates is None, False)
-        decision = made or outcomes.no_limit(self.name)
-        return self.report(identity, decision, also=also)  # type: ignore[arg-type]  # asked
+        if made is None:
+            if LIMITS.off:  # rate_limits_disabled: nothing counted, not even in the metrics
+                return outcomes.no_limit(self.name)
+            made = outcomes.no_limit(self.name)
+        return self.report(identity, made, also=also)  # type: ignore[arg-type]  # asked
 
     def prepare(self, identity: str, cost: int = 1, *, request: Any = None) -> Pending | Decision:
         """Return :meth:`hit` up to the round trip: the hit Redis must decide, or its Decision.
@@ -190,11 +194,15 @@ class Policy(PolicyShape):
     ) -> Decision | Pending | None:
         """The one decision of a hit: select the rate, prepare the hit, ask (unless ``defer``).
 
-        ``None``: no limit applies. ``strict``: a cost above the policy's own
-        limit raises (the programmatic API), see ``outcomes.too_heavy``.
-        (One frame for both steps, arguments all positional: this runs on
-        every decision, and each frame or keyword costs.)
+        ``None``: no limit applies, also to every hit while limits are off
+        (``core/switches.py``: ``rate_limits_disabled``; no Redis, nothing
+        counted). ``strict``: a cost above the policy's own limit raises (the
+        programmatic API), see ``outcomes.too_heavy``. (One frame for both
+        steps, arguments all positional: this runs on every decision, and
+        each frame or keyword costs.)
         """
+        if LIMITS.off:
+            return None
         # Step 1, selection (:meth:`_select`): the rate, a block's Decision, or no limit.
         variant = self._variant
         if variant is None or rules_for(self.name) is not None:  # (else: no override, one rate)
@@ -365,8 +373,13 @@ class Policy(PolicyShape):
         policy in shadow mode returns the same Decision with ``shadow=True``.
 
         :param request: as for :meth:`hit`.
+        While limits are off (``rate_limits_disabled``): allowed, ``limit`` 0,
+        without Redis.
+
         :raises TypeError: for a per-plan policy without ``request``.
         """
+        if LIMITS.off:
+            return outcomes.no_limit(self.name)
         selected = self._select(identity, request, None, "peek")
         if selected is None:
             decision = outcomes.no_limit(self.name)

@@ -9,6 +9,8 @@ policy, see ``inline.py``). All three are the same :class:`Policy`
 from __future__ import annotations
 
 import functools
+import itertools
+import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -184,6 +186,75 @@ def policy_spec(name: str, settings: Settings | None = None) -> tuple[Mapping[st
     )
 
 
+#: Definitions replaced for a while (``django_rl.testing.override_policy``), by
+#: policy name: a stack of (token, the keys that replace the spec's, the salt of
+#: the keys' fingerprint). The newest entry decides.
+_replaced: dict[str, list[tuple[object, Mapping[str, Any], str]]] = {}
+_replacing = threading.Lock()
+_salts = itertools.count(1)
+
+
+def replace_policy(name: str, keys: Mapping[str, Any]) -> object:
+    """Decide the policy ``name`` with ``keys`` in place of its spec's until :func:`restore_policy`.
+
+    The other keys of the spec stay. Its state starts fresh: the keys'
+    fingerprint takes a salt of its own (another Redis key for every
+    identity), so neither the policy's state before nor that of another
+    replacement is read, and the policy's own state is there again after.
+    A named policy must exist (settings or ``register_policy``); an inline
+    one (``@group``) is replaced wherever it is used. Process-wide (every
+    thread); returns the token to give :func:`restore_policy`.
+
+    :raises UnknownPolicy: for a name that is neither defined nor inline.
+    :raises ConfigurationError: if the spec with ``keys`` is wrong (the
+        replacement is then undone).
+    """
+    if not name.startswith("@"):
+        policy_spec(name)  # raises UnknownPolicy
+    token = object()
+    salt = f"~override:{os.getpid()}:{next(_salts)}"
+    with _replacing:
+        _replaced.setdefault(name, []).append((token, dict(keys), salt))
+    _forget_built()
+    if not name.startswith("@"):
+        try:
+            get_policy(name)
+        except Exception:
+            restore_policy(token)
+            raise
+    return token
+
+
+def restore_policy(token: object) -> None:
+    """Undo the :func:`replace_policy` that returned ``token`` (nothing if undone already)."""
+    with _replacing:
+        for name, stack in list(_replaced.items()):
+            kept = [entry for entry in stack if entry[0] is not token]
+            if len(kept) != len(stack):
+                if kept:
+                    _replaced[name] = kept
+                else:
+                    del _replaced[name]
+                break
+        else:
+            return
+    _forget_built()
+
+
+def _replacement(name: str) -> tuple[Mapping[str, Any], str] | None:
+    """Return the keys and salt replacing ``name``'s spec now, or ``None``."""
+    stack = _replaced.get(name)
+    if not stack:
+        return None
+    _, keys, salt = stack[-1]
+    return keys, salt
+
+
+def _forget_built() -> None:
+    get_policy.cache_clear()
+    inline_policy.cache_clear()
+
+
 @functools.cache
 def get_policy(name: str) -> Policy:
     """Return the policy ``DJANGO_RL["POLICIES"][name]`` (or ``register_policy``) describes.
@@ -197,7 +268,12 @@ def get_policy(name: str) -> Policy:
     """
     settings = get_settings()
     spec, where = policy_spec(name, settings)
-    return build_policy(name, spec, settings, where=where)
+    replaced = _replacement(name)
+    if replaced is None:
+        return build_policy(name, spec, settings, where=where)
+    keys, salt = replaced
+    where = f"override_policy({name!r}, ...) of {where}"
+    return build_policy(name, {**spec, **keys}, settings, where=where, extra=salt)
 
 
 @functools.cache
@@ -206,12 +282,20 @@ def inline_policy(spec: InlineSpec) -> Policy:
 
     :raises ConfigurationError: if a dotted path in it does not import.
     """
+    where = f"@ratelimit(group={spec.group!r})"
+    replaced = _replacement(spec.name)
+    if replaced is None:
+        return build_policy(
+            spec.name, spec.policy_spec(), get_settings(), where=where, extra=spec.key_text,
+            inline=True,
+        )  # fmt: skip
+    keys, salt = replaced
     return build_policy(
         spec.name,
-        spec.policy_spec(),
+        {**spec.policy_spec(), **keys},
         get_settings(),
-        where=f"@ratelimit(group={spec.group!r})",
-        extra=spec.key_text,
+        where=f"override_policy({spec.name!r}, ...) of {where}",
+        extra=spec.key_text + salt,
         inline=True,
     )
 
@@ -322,5 +406,7 @@ __all__ = [
     "policy_names",
     "register_policy",
     "registered_policies",
+    "replace_policy",
+    "restore_policy",
     "unregister_policy",
 ]

@@ -1,17 +1,19 @@
-"""Helpers for a project's test suite: forget every rate limit between tests.
+"""Helpers for a project's test suite (docs/testing.md).
 
-A test suite that sends requests through rate-limited views sees the limits
-of the tests before it unless it resets them. ``cache.clear()`` (a FLUSHDB
-through django-redis) empties Redis, but not the processes' memory: this
-process's deny cache and outage fallback counts would deny on. Here:
+* :func:`reset_rate_limits`: forget every rate limit (``setUp``, any runner);
+* :func:`rate_limits_disabled`: every limit off while on;
+* :func:`override_policy`: one policy decided by other keys, fresh state;
+* :func:`exhaust`: an identity's limit used up now;
+* :func:`assert_rate_limited`, :func:`assert_not_rate_limited`;
+* the pytest fixture ``rate_limits_reset`` (also the plugin's, with
+  ``rate_limits_disabled``: ``django_rl.testing.plugin``, registered by the
+  ``pytest11`` entry point ``django_rl``).
 
-* :func:`reset_rate_limits`, for ``setUp`` or any test runner;
-* the pytest fixture ``rate_limits_reset``: add
-  ``from django_rl.testing import rate_limits_reset  # noqa: F401`` to a
-  ``conftest.py`` and ask for it (or wrap it in an autouse fixture).
-
-Other processes (a live server, workers) honour the reset within a second
-(the reset token, ``reset_epoch.py``). See docs/testing.md.
+``cache.clear()`` (a FLUSHDB through django-redis) empties Redis, but not
+the processes' memory: this process's deny cache and outage fallback counts
+would deny on; :func:`reset_rate_limits` clears both. Other processes (a
+live server, workers) honour the reset within a second (the reset token,
+``reset_epoch.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from django_rl.conf import get_settings
 from django_rl.policies import reset_epoch
 from django_rl.policies.deny_cache import get_deny_cache
 from django_rl.policies.fallback import get_fallback_store
+from django_rl.testing.assertions import assert_not_rate_limited, assert_rate_limited
+from django_rl.testing.limits import exhaust, override_policy, rate_limits_disabled
 
 #: Keys deleted per round trip.
 BATCH = 1_000
@@ -32,10 +36,11 @@ BATCH = 1_000
 def reset_rate_limits() -> int:
     """Forget every rate limit: every key under ``KEY_PREFIX``, on every server of the connection.
 
-    Then writes a new reset token, so that every process's deny cache drops
-    its denials within a second, and clears this process's deny cache and
-    outage fallback counts at once. Keys of other apps are left alone.
-    Return the keys deleted.
+    Under pytest-xdist with the plugin, only this worker's keys (each
+    worker writes under its own prefix). Then writes a new reset token, so
+    that every process's deny cache drops its denials within a second, and
+    clears this process's deny cache and outage fallback counts at once.
+    Keys of other apps are left alone. Return the keys deleted.
 
     :raises redis.exceptions.RedisError: if Redis cannot answer.
     """
@@ -81,4 +86,12 @@ else:
         reset_rate_limits()
 
 
-__all__ = ["rate_limits_reset", "reset_rate_limits"]
+__all__ = [
+    "assert_not_rate_limited",
+    "assert_rate_limited",
+    "exhaust",
+    "override_policy",
+    "rate_limits_disabled",
+    "rate_limits_reset",
+    "reset_rate_limits",
+]

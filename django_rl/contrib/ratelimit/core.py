@@ -29,6 +29,7 @@ from django_rl.contrib.ratelimit.rates import _split_rate as _split_rate
 from django_rl.contrib.ratelimit.rates import rate_for, to_rate
 from django_rl.contrib.ratelimit.rates import rate_re as rate_re
 from django_rl.core import installed
+from django_rl.core.switches import LIMITS
 from django_rl.observability.history import record_result
 from django_rl.observability.metrics import count_result
 from django_rl.overrides.rules import BLOCK, EXEMPT
@@ -139,7 +140,7 @@ def get_usage(
         raise ImproperlyConfigured("get_usage must be called with either `group` or `fn` arguments")
     if not installed.looked:  # once per process: is "django_rl" in INSTALLED_APPS?
         installed.look()
-    if not conf.enabled():
+    if LIMITS.off or not conf.enabled():  # (LIMITS: rate_limits_disabled, core/switches.py)
         return None
     if not _method_match(request, method):
         return None
