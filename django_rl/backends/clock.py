@@ -30,9 +30,20 @@ def app_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+#: Where :func:`app_seconds` counts from: small numbers keep a float's
+#: precision (at 1.8e9 s from the epoch it is about 0.2 µs, enough to move a
+#: Retry-After rounded up to the millisecond).
+_APP_ORIGIN_NS = time.time_ns()
+
+
 def app_seconds() -> float:
-    """Return :func:`app_ms`'s clock in seconds (``time.time_ns()``, read at each call)."""
-    return time.time_ns() / 1e9
+    """Return :func:`app_ms`'s clock in seconds (``time.time_ns()``, read at each call).
+
+    Counted from an origin (this module's import), like a monotonic clock's
+    readings: for differences of times, as the deny cache takes them. It may
+    go back, or below 0, when ``time.time_ns`` is moved back.
+    """
+    return (time.time_ns() - _APP_ORIGIN_NS) / 1e9
 
 
 class ClockUnavailable(Exception):

@@ -37,7 +37,12 @@ from rest_framework.throttling import BaseThrottle
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.backends.given_time import decisions_at
 from django_rl.conf import get_settings
-from django_rl.contrib.drf_cache import ThrottleLogs, ThrottleLogsDescriptor, change_log
+from django_rl.contrib.drf_cache import (
+    ThrottleLogs,
+    ThrottleLogsDescriptor,
+    change_log,
+    timer_replaced,
+)
 from django_rl.contrib.drf_policies import policy_for
 from django_rl.core import installed
 from django_rl.core.decision import Decision
@@ -226,7 +231,7 @@ class SimpleRateThrottle(BaseThrottle):
         # Only a policy with overrides needs the address the cache key stands for.
         rules = rules_for(policy.name)
         also = None if rules is None else address_identity(self, request, key)
-        if timer is time.time:
+        if timer is time.time or not timer_replaced(timer):
             decision = policy.hit(key, also=also)
         else:
             # ``timer`` replaced (as DRF's own tests and many projects' do to
@@ -362,7 +367,7 @@ class SimpleRateThrottle(BaseThrottle):
             return None
         assert self.num_requests is not None and self.duration is not None  # decided
         policy = policy_for(self.scope, self.num_requests, self.duration)  # the deciding one
-        replaced = self.timer is not time.time  # type: ignore[misc]  # an instance's, bound or not
+        replaced = timer_replaced(self.timer)  # type: ignore[misc]  # an instance's, bound or not
         given = int(self.now * 1000) if replaced and self.now is not None else None
         log = policy.algorithm
         if not isinstance(log, SlidingLog):

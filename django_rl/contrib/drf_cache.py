@@ -97,13 +97,26 @@ class ThrottleLogs:
         return found is not None and change_log(self._throttle, found[0], str(key), "set", times)
 
 
+#: ``time.time`` as it was when this module was imported. freezegun replaces
+#: ``time.time`` in modules (their attributes that hold it: hence a tuple) but
+#: not in classes: a throttle's ``timer`` left as the class's is then this
+#: one, and is not "replaced" (decisions go by the decisions' clock, which
+#: with ``CLOCK: "app"`` freezegun moves).
+_AT_IMPORT = (time.time,)
+
+
+def timer_replaced(timer: object) -> bool:
+    """Return whether a throttle's ``timer`` is its own (a project's, a test's), not the clock's."""
+    return timer is not time.time and timer is not _AT_IMPORT[0]
+
+
 def given_ms(throttle: Throttle, now: float | None = None) -> int | None:
     """Return the time decisions for ``throttle`` are made at, in ms; ``None``: the server's.
 
     A replaced ``timer`` gives it (``now``, else what it says now); left as
     ``time.time``, the Redis server's clock decides.
     """
-    if throttle.timer is time.time:  # an instance's: left as the class's, or replaced
+    if not timer_replaced(throttle.timer):  # an instance's: left as the class's, or replaced
         return None
     return int((throttle.timer() if now is None else now) * 1000)
 
