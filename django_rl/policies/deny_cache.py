@@ -55,6 +55,8 @@ from django_rl.policies import reset_epoch
 CLOCK_RATE_MARGIN = 0.001
 #: Redis computes times in whole milliseconds.
 ROUNDING_MARGIN = 0.001
+#: What the float arithmetic of times may be off by, in ms, before rounding up.
+FLOAT_SLACK_MS = 1e-6
 #: No reset token read yet (or the last read failed).
 _UNREAD = object()
 
@@ -182,8 +184,10 @@ class DenyCache:
             return None
         if not 0 <= now - self._confirmed_at < self.check_interval and not self._confirm():
             return None
-        # Whole milliseconds, rounded up, as Redis's own answers are.
-        retry_ms = math.ceil((entry.retry_at - now) * 1000)
+        # Whole milliseconds, rounded up, as Redis's own answers are (less a
+        # float's error: a clock that stands still, CLOCK "app" under a test's
+        # frozen time, reads exactly the Retry-After Redis gave).
+        retry_ms = math.ceil((entry.retry_at - now) * 1000 - FLOAT_SLACK_MS)
         last = entry.last
         if last is not None and last[0] == retry_ms:
             return last[1]
@@ -192,7 +196,7 @@ class DenyCache:
             limit=entry.limit,
             remaining=0,
             retry_after=retry_ms / 1000,
-            reset_after=math.ceil((entry.reset_at - now) * 1000) / 1000,
+            reset_after=math.ceil((entry.reset_at - now) * 1000 - FLOAT_SLACK_MS) / 1000,
             policy=entry.policy,
             window=entry.window,
         )
