@@ -227,7 +227,9 @@ def hit_many(hits: Iterable[tuple[Policy | str, str, int]]) -> list[Decision]:
 
     For code outside views; a per-plan policy (a rate function) cannot be
     hit here (``TypeError``: it needs a request). Never raises for Redis
-    trouble: degraded Decisions, as :meth:`Policy.hit`.
+    trouble: degraded Decisions, as :meth:`Policy.hit`. While limits are off
+    (``rate_limits_disabled``): each hit's no-limit Decision (allowed,
+    ``limit`` 0), nothing counted, no Redis.
 
     :raises ConfigurationError: for a name that is not a valid policy.
     :raises ValueError: for a cost that is not a whole number from 1 to its limit.

@@ -112,7 +112,9 @@ class Policy(PolicyShape):
         without Redis (``deny_cache.py``). An override of ``identity`` applies
         (another rate; an exemption: allowed, ``limit`` 0; a block: denied),
         without Redis for the last two. A policy in shadow mode returns the
-        same Decision with ``shadow=True`` (but an operator's block).
+        same Decision with ``shadow=True`` (but an operator's block). While
+        limits are off (``rate_limits_disabled``): allowed, ``limit`` 0,
+        without Redis, counted nowhere (not in the metrics either).
 
         :param request: the request, whose rate a per-plan policy asks its
             rate function for; when it returns ``None``, nothing is counted and
