@@ -39,31 +39,38 @@ class RateLimitsDisabled(Switched):
         LIMITS.turn_back()
 
 
-@overload
-def rate_limits_disabled(decorated: None = None) -> RateLimitsDisabled: ...
-@overload
-def rate_limits_disabled(decorated: T) -> T: ...
-def rate_limits_disabled(decorated: Any = None) -> Any:
+class _RateLimitsDisabledHelper(RateLimitsDisabled):
     """Turn every rate limit off while on: a context manager, and a decorator bare or called.
 
     In the whole process (every thread), for every front door (``@ratelimit``,
-    ``PolicyThrottle``, the drop-ins, ``RateLimitMiddleware``'s rules), inline
-    and per-plan policies, and programmatic ``Policy.hit``/``peek`` and
-    ``hit_many``: nothing is counted and no Redis command is sent (the
-    process's overrides loader and history writer skip their rounds too).
-    Requests get no Decision and no rate-limit header, ``request.limited``
-    is ``False``; ``hit``/``peek`` answer allowed with ``limit`` 0.
-    Explicit state changes still talk to Redis: ``reset_rate_limits()``,
-    ``Policy.reset``, the admin. Nested and overlapping uses (threads) hold
-    limits off until the last one ends; they are back after it, also when
-    the test fails.
+    ``PolicyThrottle``, the drop-ins), inline and per-plan policies, and
+    programmatic ``Policy.hit``/``peek`` and ``hit_many``: nothing is counted
+    and no Redis command is sent (the process's overrides loader and history
+    writer skip their rounds too). Requests get no Decision and no
+    rate-limit header, ``request.limited`` is ``False``; ``hit``/``peek``
+    answer allowed with ``limit`` 0. Explicit state changes still talk to
+    Redis: ``reset_rate_limits()``, ``Policy.reset``, the admin. Nested and
+    overlapping uses (threads) hold limits off until the last one ends; they
+    are back after it, also when the test fails.
 
-    ``with rate_limits_disabled():``, ``@rate_limits_disabled``,
-    ``@rate_limits_disabled()``, on functions (async too), test methods,
-    ``TestCase`` classes and pytest test classes.
+    ``with rate_limits_disabled():`` (or without the parentheses),
+    ``@rate_limits_disabled``, ``@rate_limits_disabled()``, on functions
+    (async too), test methods, ``TestCase`` classes and pytest test classes.
     """
-    switch = RateLimitsDisabled()
-    return switch if decorated is None else switch(decorated)
+
+    @overload
+    def __call__(self, decorated: None = None) -> RateLimitsDisabled: ...
+    @overload
+    def __call__(self, decorated: T) -> T: ...
+    def __call__(self, decorated: Any = None) -> Any:
+        if decorated is None:
+            return RateLimitsDisabled()
+        return super().__call__(decorated)
+
+
+#: See :class:`_RateLimitsDisabledHelper`: ``rate_limits_disabled()``,
+#: ``@rate_limits_disabled``, ``with rate_limits_disabled:``.
+rate_limits_disabled = _RateLimitsDisabledHelper()
 
 
 class OverridePolicy(Switched):

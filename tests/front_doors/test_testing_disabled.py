@@ -168,7 +168,14 @@ def test_bare_and_called_decorators_and_nesting(redis_client: Any) -> None:
     def called() -> bool:
         return LIMITS.off
 
-    assert (bare(), called(), LIMITS.off) == (True, True, False)
+    @rate_limits_disabled
+    async def awaited() -> bool:
+        return LIMITS.off
+
+    assert (bare(), called(), asyncio.run(awaited()), LIMITS.off) == (True, True, True, False)
+    with rate_limits_disabled:  # bare, as a context manager too
+        assert LIMITS.off
+    assert not LIMITS.off
     with rate_limits_disabled():
         with rate_limits_disabled():
             assert LIMITS.off
