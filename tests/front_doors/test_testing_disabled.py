@@ -299,3 +299,21 @@ def test_background_threads_send_nothing_while_on(redis_client: Any) -> None:
         loader.stop_at_exit()
         RECORDER.stop()
         RECORDER.discard()
+
+
+def test_the_plugin_is_registered_and_has_no_autouse_fixture(pytestconfig: Any) -> None:
+    from importlib.metadata import entry_points
+
+    from django_rl.testing import plugin
+
+    (point,) = [e for e in entry_points(group="pytest11") if e.name == "django_rl"]
+    assert point.value == "django_rl.testing.plugin"
+    assert pytestconfig.pluginmanager.get_plugin("django_rl") is plugin
+    markers = [  # (pytest's attribute: 8.4 and later, then before)
+        getattr(value, "_fixture_function_marker", None)
+        or getattr(value, "_pytestfixturefunction", None)
+        for value in vars(plugin).values()
+    ]
+    fixtures = {m.name or "rate_limits_reset": m.autouse for m in markers if m is not None}
+    assert fixtures == {"rate_limits_reset": False, "rate_limits_disabled": False}
+    assert not LIMITS.off  # --no-rate-limits not given: nothing turned off
