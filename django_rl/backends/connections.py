@@ -27,6 +27,9 @@ from django_rl.backends.redis_py import (
 )
 from django_rl.backends.resp import ASKING, EXEC, MULTI, Transaction, command
 
+#: What :meth:`KeptConnectionClient.send_encoded` returns when it sent nothing.
+NOT_SENT: Any = object()
+
 A = TypeVar("A")
 B = TypeVar("B")
 T = TypeVar("T")
@@ -222,11 +225,15 @@ class KeptConnectionClient(Redis):
         """Send one command already encoded in RESP; return its reply as read (no callback).
 
         For a caller that encodes the unchanging part of a command once (see
-        ``scripts.EncodedScript``). Only when :meth:`direct_ready`. An error
-        reply is returned in its place, not raised. As :meth:`execute_command`,
-        a connection that had worked and broke is replaced and the command sent
-        once more.
+        ``scripts.EncodedScript``). :data:`NOT_SENT`, and nothing sent, where
+        :meth:`direct_ready` is false (the caller takes redis-py's way). An
+        error reply is returned in its place, not raised. As
+        :meth:`execute_command`, a connection that had worked and broke is
+        replaced and the command sent once more.
         """
+        # direct_ready, its usual answer inline (one frame fewer per decision).
+        if not (self._direct_ok and not self.asking) and not self.direct_ready():
+            return NOT_SENT
         exchange = self._encoded_exchange or self._learn_exchange()
         return self._retried(exchange, encoded, 1)[0]
 

@@ -183,14 +183,14 @@ class SocketPath:
                         if len(replies) == count:
                             break
             # Error replies that mean the server cannot serve (LOADING and the
-            # like), alone or first in an array (EXEC's), raised as redis-py does;
-            # looked for once, in the last reply (a decision's one reply, or EXEC's).
+            # like), alone or first in EXEC's array, raised as redis-py does:
+            # looked for in a decision's one reply, or in every reply of several.
             last = replies[-1]
             if isinstance(last, RedisConnectionError):
                 raise last
-            if type(last) is list and last and isinstance(last[0], RedisConnectionError):
-                raise last[0]
             if count > 1:
+                if type(last) is list and last and isinstance(last[0], RedisConnectionError):
+                    raise last[0]
                 for reply in replies:
                     if isinstance(reply, RedisConnectionError):
                         raise reply

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from django_rl.backends.connections import KeptConnectionClient, direct_client
+from django_rl.backends.connections import NOT_SENT, KeptConnectionClient, direct_client
 from django_rl.backends.resp import Argument, bulk
 
 if TYPE_CHECKING:
@@ -166,8 +166,7 @@ class EncodedScript:
 
     def __call__(self, client: Redis, key: str, *variable: int | str) -> Any:
         """Run the script on ``client`` with ``key``, the fixed arguments, then ``variable``."""
-        # direct_client, inline: this runs on every decision.
-        if type(client) is KeptConnectionClient and client.direct_ready():
+        if type(client) is KeptConnectionClient:
             tail = self._tails.get(variable)
             if tail is None:
                 tail = b"".join(map(bulk, variable))
@@ -175,10 +174,11 @@ class EncodedScript:
                     self._tails[variable] = tail
             data = key.encode()  # as resp.bulk encodes a key, in one formatting
             encoded = b"%b$%d\r\n%b\r\n%b%b" % (self.head, len(data), data, self.middle, tail)
-            reply = client.send_encoded(encoded)
+            reply = client.send_encoded(encoded)  # (NOT_SENT where it cannot take it encoded)
             if not isinstance(reply, ResponseError):
-                return reply
-            if not isinstance(reply, NoScriptError):
+                if reply is not NOT_SENT:
+                    return reply
+            elif not isinstance(reply, NoScriptError):
                 raise reply
         return self.script(client, (key,), (*self.fixed, *variable))
 
