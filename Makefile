@@ -19,6 +19,8 @@
 # gunicorn and wrk.
 # make bench-compare BEFORE=DIR: bench.decisions and bench.endtoend of the checkout in DIR
 # and this one, run by run, one before/after table per bench (BENCH_ARGS=--quick: 2 runs).
+# make bench-instructions [BEFORE=DIR]: CPU instructions per decision of every django_rl
+# row by callgrind (repeatable on a busy machine), and of DIR's checkout beside it.
 
 PYTHON ?= python3
 VENV := .venv
@@ -31,7 +33,7 @@ BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 BENCH_SYSTEM_PACKAGES := redis-server=redis-server redis-benchmark=redis-tools wrk=wrk
 
-.PHONY: test test-servers lint matrix demo demo-venv bench bench-compare venv system-packages clean bench-admin bench-scaling screenshot
+.PHONY: test test-servers lint matrix demo demo-venv bench bench-compare bench-instructions venv system-packages clean bench-admin bench-scaling screenshot
 
 test: venv system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -99,6 +101,10 @@ bench-compare: $(BENCH_STAMP)
 	@test -n "$(BEFORE)" || { echo "make bench-compare BEFORE=DIR (e.g. git archive <commit> | tar -x -C DIR)"; exit 2; }
 	scripts/ensure-system-packages.sh $(BENCH_SYSTEM_PACKAGES)
 	$(BENCH_VENV)/bin/python -m bench.compare --before $(BEFORE) $(BENCH_ARGS)
+
+bench-instructions: $(BENCH_STAMP)
+	scripts/ensure-system-packages.sh $(BENCH_SYSTEM_PACKAGES) valgrind=valgrind
+	$(BENCH_VENV)/bin/python -m bench.instructions $(if $(BEFORE),--before $(BEFORE)) $(BENCH_ARGS)
 
 $(BENCH_STAMP): setup.cfg pyproject.toml
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
