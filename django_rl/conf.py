@@ -43,6 +43,7 @@ DEFAULTS: Mapping[str, Any] = {
     "SHADOW": False,
     "METRICS": True,
     "HISTORY": True,
+    "EXEMPT": (),
 }
 
 
@@ -81,6 +82,8 @@ class Settings:
     metrics: bool = True
     #: The last hour per policy in Redis, for the admin's charts (observability/history.py).
     history: bool = True
+    #: ``EXEMPT`` as written: networks, or a callable (``policies/exempt.py``).
+    exempt: object = ()
 
 
 def raw_settings() -> object:
@@ -168,6 +171,7 @@ def get_settings() -> Settings:
         shadow=merged["SHADOW"],
         metrics=merged["METRICS"],
         history=merged["HISTORY"],
+        exempt=merged["EXEMPT"],
     )
 
 

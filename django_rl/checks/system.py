@@ -62,6 +62,7 @@ from django_rl.checks import drf_views  # noqa: F401  (registers the DRF views' 
 from django_rl.checks.connection_checks import connection_warnings
 from django_rl.checks.names import DJANGO_REDIS_BACKEND, SETTINGS_TAG
 from django_rl.checks.server_checks import check_server  # noqa: F401  (registers it)
+from django_rl.checks.site_checks import exempt_problems
 from django_rl.checks.topology_checks import topology_problems
 from django_rl.checks.validation import (
     Problem,
@@ -128,6 +129,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             problems += ratelimited_view_problems(merged["RATELIMITED_VIEW"])
         if all(p.id != "django_rl.E080" for p in problems):
             problems += ip_meta_key_problems(merged["IP_META_KEY"])
+        problems += exempt_problems(merged["EXEMPT"])
     return [Error(p.msg, hint=p.hint, id=p.id) for p in problems] + [
         Warning(w.msg, hint=w.hint, id=w.id) for w in warnings
     ]

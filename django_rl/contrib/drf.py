@@ -54,6 +54,7 @@ from django_rl.core.switches import LIMITS
 from django_rl.http.headers import write_headers
 from django_rl.observability.denials import report_denial
 from django_rl.overrides.loader import rules_for
+from django_rl.policies.exempt import EXEMPTIONS
 
 __all__ = [
     "AnonRateThrottle",
@@ -212,7 +213,9 @@ class SimpleRateThrottle(BaseThrottle):
             installed.look()
         if self.rate is None:
             return True
-        if LIMITS.off:  # rate_limits_disabled: no limit applies, no Redis (core/switches.py)
+        if LIMITS.off or (EXEMPTIONS.on and EXEMPTIONS.exempts(request)):
+            # rate_limits_disabled (core/switches.py), or EXEMPT (policies/exempt.py):
+            # no limit applies, no Redis.
             # request.limited False, as the front doors set it (DRF's own tests pass {}).
             with contextlib.suppress(AttributeError):
                 record(request, ())

@@ -16,6 +16,11 @@ view run anyway when ``block=False``).
   prepared the same way (:meth:`Policy.prepare_request`), decided together,
   all or nothing (``together.py``), then reported and recorded.
 
+**An exempt request** (``DJANGO_RL["EXEMPT"]``, ``exempt.py``) is decided
+by no policy: no Decision, no round trip, no headers. Checked here, once per
+request, for every front door (the drop-ins ask ``exempt.EXEMPTIONS`` too);
+while ``EXEMPT`` is empty it costs one attribute test.
+
 **A shadow policy never changes a response**: when identifying the request
 or deciding it raises for a policy in shadow mode (its key or rate
 callable, ...), that policy is left out of that request (no Decision) and
@@ -35,6 +40,7 @@ from django_rl.core.recording import record
 from django_rl.core.switches import LIMITS
 from django_rl.leases import Lease, held
 from django_rl.policies import together
+from django_rl.policies.exempt import EXEMPTIONS
 from django_rl.policies.inline import InlineSpec
 from django_rl.policies.policy import Pending, Policy
 from django_rl.policies.registry import get_policy, inline_policy
@@ -113,6 +119,8 @@ class Limit:
         :raises ConfigurationError: for a policy that is missing or invalid.
         """
         if self.methods is not None and request.method not in self.methods:
+            return new_tuple(Verdict, ((), (), not_limited(request), NO_LEASES))
+        if EXEMPTIONS.on and EXEMPTIONS.exempts(request):  # EXEMPT (exempt.py): no round trip
             return new_tuple(Verdict, ((), (), not_limited(request), NO_LEASES))
         one = self._one
         if one is None:
@@ -265,6 +273,8 @@ def decide(request: Any, limits: Sequence[Limit]) -> Verdict:
     """
     if len(limits) == 1:
         return limits[0].decide(request)
+    if EXEMPTIONS.on and EXEMPTIONS.exempts(request):  # EXEMPT (exempt.py): no round trip
+        return new_tuple(Verdict, ((), (), not_limited(request), NO_LEASES))
     owned = [
         (limit, policy) for limit in limits if limit.applies(request) for policy in limit.policies()
     ]

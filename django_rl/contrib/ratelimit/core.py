@@ -33,6 +33,7 @@ from django_rl.core.switches import LIMITS
 from django_rl.observability.history import record_result
 from django_rl.observability.metrics import count_result
 from django_rl.overrides.rules import BLOCK, EXEMPT
+from django_rl.policies.exempt import EXEMPTIONS
 from django_rl.policies.inline import policy_name
 
 __all__ = ["get_usage", "is_ratelimited"]
@@ -141,6 +142,8 @@ def get_usage(
     if not installed.looked:  # once per process: is "django_rl" in INSTALLED_APPS?
         installed.look()
     if LIMITS.off or not conf.enabled():  # (LIMITS: rate_limits_disabled, core/switches.py)
+        return None
+    if EXEMPTIONS.on and EXEMPTIONS.exempts(request):  # EXEMPT: no limit, no Redis
         return None
     if not _method_match(request, method):
         return None
