@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from django_rl.overrides.rules import BLOCK, EXEMPT, RATE
+from django_rl.overrides.rules import BLOCK, EXEMPT, PERCENT, RATE
 
 
 class LiveCounter(models.Model):
@@ -44,12 +44,13 @@ class Override(models.Model):
         (RATE, "Rate: decide at another rate"),
         (EXEMPT, "Exempt: not limited"),
         (BLOCK, "Block: always denied"),
+        (PERCENT, "Percent: enforce_percent of the whole policy"),
     )
 
     # Help texts are the admin form's (``admin/override_form.py``).
     policy = models.CharField(max_length=100)
     identity = models.CharField("identity or network", max_length=200)
-    action = models.CharField(max_length=6, choices=ACTIONS)
+    action = models.CharField(max_length=7, choices=ACTIONS)
     rate = models.CharField(max_length=50, blank=True)
     expires_at = models.DateTimeField("expires")
     reason = models.CharField(max_length=500)
@@ -69,5 +70,7 @@ class Override(models.Model):
         verbose_name_plural = "overrides"
 
     def __str__(self) -> str:
+        if self.action == PERCENT:
+            return f"{self.policy}: enforced for {self.rate} % of identities"
         what = f"rate {self.rate}" if self.action == RATE else self.action
         return f"{self.policy} / {self.identity}: {what}"

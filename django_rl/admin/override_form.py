@@ -15,7 +15,14 @@ from django_rl.core.rates import RateError
 from django_rl.exceptions import ConfigurationError
 from django_rl.inspection.targets import address_form, dropin_target
 from django_rl.models import Override
-from django_rl.overrides.rules import RATE, TargetError, normalize_target
+from django_rl.overrides.rules import (
+    PERCENT,
+    RATE,
+    WHOLE_POLICY,
+    TargetError,
+    is_percent_text,
+    normalize_target,
+)
 from django_rl.policies.registry import policies_named, policy_names
 
 #: How long a new override lasts unless the form says otherwise.
@@ -49,7 +56,9 @@ class OverrideForm(forms.ModelForm):  # type: ignore[type-arg]
         help_texts: ClassVar[dict[str, str]] = {
             "action": "Rate: the policy decides at another rate (its own counter). Exempt: the "
             "policy never limits it, and sends no headers for it. Block: every request is "
-            "denied (429), Retry-After the time left (at most an hour).",
+            "denied (429), Retry-After the time left (at most an hour). Percent: the "
+            "policy's enforce_percent for every identity (write * as the identity and the "
+            "percent, 0 to 100, as the rate); the others are decided in shadow mode.",
             "rate": "For a rate override only, written as in the policy (e.g. 1000/h): the "
             "policy's algorithm and other parameters stay.",
             "reason": "Why: shown in the list, for whoever looks next.",
@@ -87,9 +96,17 @@ class OverrideForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def clean(self) -> dict[str, Any]:
         data: dict[str, Any] = super().clean() or {}
+        action, rate = data.get("action"), (data.get("rate") or "").strip()
+        if action == PERCENT:
+            data["identity"] = WHOLE_POLICY  # the whole policy, whatever was typed
+            if "identity" in self.errors:
+                del self.errors["identity"]
+            if not is_percent_text(rate):
+                self.add_error("rate", "A percent override needs a number from 0 to 100.")
+            data["rate"] = rate
+            return data
         if data.get("policy") and data.get("identity"):
             data["identity"] = self._target(data["policy"], data["identity"])
-        action, rate = data.get("action"), (data.get("rate") or "").strip()
         if action != RATE:
             data["rate"] = ""  # left over from another action: meaningless
         elif not rate:

@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 from django_rl.algorithms import Reading
 from django_rl.core.keys import KeyIdentity, safe_identity
 from django_rl.policies.registry import Policy, policies_named
+from django_rl.policies.rollout import outside, percent_of
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
@@ -63,6 +64,8 @@ class Row:
     denied: bool = False
     #: The policy is in shadow mode: a denial here is one it would make, not enforced.
     shadow: bool = False
+    #: The policy's ``enforce_percent`` now (an admin override's, else its own).
+    enforce_percent: float = 100.0
     retry_after: float = 0.0
     reset_after: float = 0.0
     detail: str = ""
@@ -307,7 +310,9 @@ def _live_row(
         used=reading.used,
         remaining=outcome.remaining,
         denied=not outcome.allowed,
-        shadow=policy.shadow,
+        # Outside its enforce_percent (rollout.py), an identity's denials are shadow too.
+        shadow=policy.shadow or (policy.partial and outside(policy, str(identity))),
+        enforce_percent=percent_of(policy),
         retry_after=outcome.retry_after_ms / 1000,
         reset_after=outcome.reset_after_ms / 1000,
         detail=reading.detail,

@@ -193,6 +193,8 @@ class Loader:
             return False
         self.rules, problems = build_rules(rows, _address_form)
         self.loads += 1
+        for listener in _load_listeners:
+            listener(self.rules)
         for problem in problems:
             if problem not in self._warned_rows:
                 self._warned_rows.add(problem)
@@ -223,6 +225,8 @@ class Loader:
     def reset(self) -> None:
         """Forget the rules, the loads and any incident (for tests); the thread is left alone."""
         self.rules = {}
+        for listener in _load_listeners:
+            listener(self.rules)
         self.loads = 0
         self._failing = False
         self._warned_rows.clear()
@@ -312,6 +316,16 @@ EXIT_WAIT = 1.0
 LOADER = Loader()
 atexit.register(LOADER.stop_at_exit)
 os.register_at_fork(after_in_child=LOADER.after_fork)
+
+
+#: Called with the rules by policy whenever they are loaded (``policies/rollout.py``:
+#: which policies an override of ``enforce_percent`` applies to).
+_load_listeners: list[Callable[[dict[str, PolicyRules]], None]] = []
+
+
+def use_load_listener(listener: Callable[[dict[str, PolicyRules]], None]) -> None:
+    """Call ``listener(rules)`` after each load of the overrides (a higher floor's hook)."""
+    _load_listeners.append(listener)
 
 
 def rules_for(policy: str) -> PolicyRules | None:

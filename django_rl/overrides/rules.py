@@ -8,7 +8,10 @@ address network (``ip:203.0.113.0/24``), until it expires:
   ``plans.Variant``);
 * ``exempt``: the policy does not limit it (no Redis call);
 * ``block``: the policy denies it (no Redis call), Retry-After the time left
-  until the override expires, at most :data:`MAX_BLOCK_RETRY_AFTER`.
+  until the override expires, at most :data:`MAX_BLOCK_RETRY_AFTER`;
+* ``percent``: the policy's ``enforce_percent`` (held in ``rate``, a number
+  from 0 to 100), for every identity: its target is the whole policy
+  (:data:`WHOLE_POLICY`); ``policies/rollout.py`` reads it.
 
 Targets are compared the way the policy's decisions write identities
 (:func:`normalize_target` under the policy's ``AddressForm``: an address is
@@ -35,7 +38,10 @@ from django_rl.core.reprs import short_repr
 RATE = "rate"
 EXEMPT = "exempt"
 BLOCK = "block"
-ACTIONS = (RATE, EXEMPT, BLOCK)
+PERCENT = "percent"
+ACTIONS = (RATE, EXEMPT, BLOCK, PERCENT)
+#: The target of a ``percent`` override: the whole policy.
+WHOLE_POLICY = "*"
 #: The longest Retry-After (seconds) a block answers with, however far away
 #: its expiry: a block lifted early from the admin should not keep a client
 #: that honours Retry-After away for days.
@@ -69,7 +75,7 @@ class Rule:
 class PolicyRules:
     """The overrides of one policy: exact identities, then networks, most specific first."""
 
-    __slots__ = ("digests", "exact", "networks")
+    __slots__ = ("digests", "exact", "networks", "percent")
 
     def __init__(self) -> None:
         #: identity, as keys hold it -> rule.
@@ -79,6 +85,8 @@ class PolicyRules:
         #: (IP version, bits to shift an address by, network bits -> rule),
         #: longest prefix first.
         self.networks: list[tuple[int, int, dict[int, Rule]]] = []
+        #: An override of the policy's ``enforce_percent`` (its ``rate``: the percent).
+        self.percent: Rule | None = None
 
     def match(self, identity: str) -> Rule | None:
         """Return the rule in force for ``identity`` now, or ``None``.
@@ -272,6 +280,13 @@ def build_rules(
         if row.policy not in forms:
             forms[row.policy] = DEFAULT_FORM if address_form is None else address_form(row.policy)
         form = forms[row.policy]
+        if row.action == PERCENT:
+            if not is_percent_text(row.rate):
+                problems.append(f"override {row.id}: percent {row.rate!r} is not 0 to 100")
+                continue
+            percent = Rule(PERCENT, row.rate, _unix(row.expires_at), WHOLE_POLICY)
+            by_policy.setdefault(row.policy, PolicyRules()).percent = percent
+            continue
         try:
             target = normalize_target(row.identity, form, row.policy)
         except TargetError as exc:
@@ -298,6 +313,15 @@ def build_rules(
             for version, length in sorted(tables, key=lambda vl: -vl[1])
         ]
     return by_policy, problems
+
+
+def is_percent_text(text: str) -> bool:
+    """Return whether ``text`` (a ``percent`` override's) is a number from 0 to 100."""
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return 0 <= value <= 100
 
 
 def _unix(moment: datetime) -> float:

@@ -48,6 +48,7 @@ from django_rl.policies.outcomes import DEGRADED_RETRY_AFTER
 from django_rl.policies.plans import Variant
 from django_rl.policies.reporting import shadowed
 from django_rl.policies.resetting import reset_identity
+from django_rl.policies.rollout import outside
 from django_rl.policies.shape import PolicyShape
 
 __all__ = ["DEGRADED_RETRY_AFTER", "Pending", "Policy"]
@@ -220,7 +221,7 @@ class Policy(PolicyShape):
             variant = selected
         # Step 2, preparation: the hit Redis must decide, or its Decision made without Redis.
         if type(cost) is not int or not 1 <= cost <= variant.limit:
-            return self._unusual_cost(variant, cost, strict)
+            return self._unusual_cost(variant, cost, strict, identity)
         # safe_identity, its usual case first (a plain str kept verbatim).
         if type(identity) is not str or verbatim(identity) is None:
             identity_in_key = safe_identity(identity)
@@ -236,7 +237,7 @@ class Policy(PolicyShape):
                 known = denials.lookup(key, cost)
                 if known is not None:
                     count_deny_cache_answer(self.name)
-                    return self._without_redis(known)
+                    return self._without_redis(known, identity)
             pending = new_tuple(Pending, (self, variant, identity, key, cost, denials.clock()))
         return pending if defer else self.ask(pending)
 
@@ -271,7 +272,7 @@ class Policy(PolicyShape):
             )
         return self.variant_for(request)
 
-    def _unusual_cost(self, variant: Variant, cost: Any, strict: bool) -> Decision:
+    def _unusual_cost(self, variant: Variant, cost: Any, strict: bool, identity: str) -> Decision:
         """Step 2 for a cost not from 1 to the limit: a static rate's Decision, or too heavy.
 
         Static rates have limit 0: always here.
@@ -280,20 +281,25 @@ class Policy(PolicyShape):
             or (``strict``, the policy's own limit) above the limit.
         """
         if isinstance(variant.algorithm, StaticAlgorithm):
-            return self._without_redis(outcomes.static(self.name, variant, cost))
+            return self._without_redis(outcomes.static(self.name, variant, cost), identity)
         if type(cost) is not int or cost < 1:  # (``type`` rules out bool)
             raise outcomes.bad_cost(cost)
         strict = strict and variant is self._variant
-        return self._without_redis(outcomes.too_heavy(self.name, variant, cost, strict=strict))
+        too_heavy = outcomes.too_heavy(self.name, variant, cost, strict=strict)
+        return self._without_redis(too_heavy, identity)
 
-    def _without_redis(self, decision: Decision) -> Decision:
+    def _without_redis(self, decision: Decision, identity: str) -> Decision:
         """Return a Decision made without Redis, marked shadow for a policy in shadow mode.
+
+        (Or for an identity outside its ``enforce_percent``: ``rollout.py``.)
 
         Marked now, so that ``together.decide`` lets only enforced denials keep
         a request's other policies from counting it (an operator's block is
         never marked: it is enforced in every mode, and vetoes).
         """
-        return replace(decision, shadow=True) if self.shadow else decision
+        if self.shadow or (self.partial and outside(self, identity)):
+            return replace(decision, shadow=True)
+        return decision
 
     def ask(self, pending: Pending) -> Decision:
         """Count ``pending`` in Redis and decide in one round trip (degraded if Redis cannot)."""
@@ -360,7 +366,7 @@ class Policy(PolicyShape):
 
         :param also: as for :meth:`hit` (a block of it is enforced in shadow mode too).
         """
-        if self.shadow:
+        if self.shadow or (self.partial and outside(self, identity)):  # (rollout.py)
             decision = shadowed(self.name, identity, decision, also)
         count_decision(self.name, decision)
         RECORDER.count(self.name, "a" if decision.allowed else field_of(decision), identity)
@@ -397,7 +403,9 @@ class Policy(PolicyShape):
             decision = outcomes.static(self.name, selected, 1)
         else:
             decision = self._peek_redis(selected, identity)
-        return shadowed(self.name, identity, decision) if self.shadow else decision
+        if self.shadow or (self.partial and outside(self, identity)):
+            return shadowed(self.name, identity, decision)
+        return decision
 
     def _peek_redis(self, variant: Variant, identity: str) -> Decision:
         key = self.variant_key(variant, identity)

@@ -30,6 +30,7 @@ from django_rl.policies.plans import (
     make_variant,
 )
 from django_rl.policies.policy import DEGRADED_RETRY_AFTER, Policy
+from django_rl.policies.rollout import track
 from django_rl.policies.spec import parse_policy
 
 
@@ -68,7 +69,7 @@ def build_policy(
     fallback = None
     if parsed.fallback_rate is not None:
         fallback = LocalFallback(name, parsed.fallback_rate, get_fallback_store())
-    return Policy(
+    policy = Policy(
         name,
         parsed.algorithm,
         parsed.identify,
@@ -82,7 +83,10 @@ def build_policy(
         fallback=fallback,
         build=build,
         shadow=parsed.shadow or settings.shadow,
+        enforce_percent=parsed.enforce_percent,
     )
+    track(policy)
+    return policy
 
 
 def _no_dropins() -> list[Policy]:

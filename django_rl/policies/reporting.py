@@ -19,6 +19,7 @@ from django_rl.observability.history import RECORDER, field_of
 from django_rl.observability.metrics import count_decisions
 from django_rl.overrides.loader import rules_for
 from django_rl.overrides.rules import BLOCK
+from django_rl.policies.rollout import outside
 
 if TYPE_CHECKING:
     from django_rl.policies.policy import Policy
@@ -50,7 +51,9 @@ def report_requests(
     (one lock each, one clock read), then each denial reported.
     """
     decisions = [
-        shadowed(policy.name, identity, decision) if policy.shadow else decision
+        shadowed(policy.name, identity, decision)
+        if policy.shadow or (policy.partial and outside(policy, identity))  # (rollout.py)
+        else decision
         for policy, identity, decision in reported
     ]
     count_decisions(

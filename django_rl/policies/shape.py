@@ -44,10 +44,16 @@ class PolicyShape:
         fallback: LocalFallback | None = None,
         build: Callable[[str], Variant] | None = None,
         shadow: bool = False,
+        enforce_percent: float = 100.0,
     ) -> None:
         self.name = name
         #: Shadow mode: decide and count as usual, never deny (``Decision.shadow``).
         self.shadow = shadow
+        #: The share of identities enforced (``rollout.py``); the others are shadow.
+        self.enforce_percent = enforce_percent
+        #: Whether ``enforce_percent`` or an override of it may shadow an identity:
+        #: ``rollout.outside`` is asked only then (kept by ``rollout.track``).
+        self.partial = enforce_percent < 100
         self.identify: IdentityFunction = identify
         self.backend = backend
         self.key_prefix = key_prefix

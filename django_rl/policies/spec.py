@@ -28,6 +28,7 @@ from django_rl.core.keys import INLINE_NAME, SAFE_NAME
 from django_rl.core.problems import Problem
 from django_rl.core.rates import RateError, parse_rate
 from django_rl.core.reprs import short_repr
+from django_rl.docs_urls import doc_url
 from django_rl.policies.fallback import ZERO_FALLBACK
 from django_rl.policies.plans import (
     SAMPLE_RATE,
@@ -39,7 +40,9 @@ from django_rl.policies.plans import (
 )
 
 #: Policy keys every algorithm accepts.
-COMMON_KEYS = frozenset({"algorithm", "key", "fail_open", "fallback_rate", "mode"})
+COMMON_KEYS = frozenset(
+    {"algorithm", "key", "fail_open", "fallback_rate", "mode", "enforce_percent"}
+)
 #: A policy's ``mode``: it denies (``enforce``), or only counts and reports (``shadow``).
 MODES = ("enforce", "shadow")
 #: The hint of every malformed rate (django_rl.E007).
@@ -77,6 +80,8 @@ class ParsedPolicy:
     fail_open: bool | None
     shadow: bool
     fallback_rate: str | None
+    #: The share of identities enforced, 0 to 100 (``rollout.py``).
+    enforce_percent: float = 100.0
 
 
 @dataclass
@@ -174,6 +179,7 @@ def parse_policy(
             fail_open=spec.get("fail_open"),
             shadow=spec.get("mode") == "shadow",
             fallback_rate=spec.get("fallback_rate"),
+            enforce_percent=float(spec.get("enforce_percent", 100)),
         )
     )
 
@@ -200,6 +206,15 @@ def _identity(
         return None
 
 
+def is_percent(value: object) -> bool:
+    """Return whether ``value`` is a valid ``enforce_percent``: a number from 0 to 100."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and 0 <= value <= 100  # (NaN fails this)
+    )
+
+
 def _mode_problems(spec: Mapping[str, Any], where: str) -> list[Problem]:
     problems = []
     if "fail_open" in spec and not isinstance(spec["fail_open"], bool):
@@ -209,6 +224,16 @@ def _mode_problems(spec: Mapping[str, Any], where: str) -> list[Problem]:
                 f"{where}['fail_open'] is {short_repr(spec['fail_open'])}",
                 "It must be True (allow when Redis cannot answer) or False (deny with 429); "
                 "leave it out to follow DJANGO_RL['FAIL_OPEN'].",
+            )
+        )
+    if "enforce_percent" in spec and not is_percent(spec["enforce_percent"]):
+        problems.append(
+            Problem(
+                "django_rl.E033",
+                f"{where}['enforce_percent'] is {short_repr(spec['enforce_percent'])}",
+                "It must be a number from 0 to 100: the share of identities the policy "
+                "enforces; the others are decided in shadow mode (100, the default: every "
+                "identity). " + doc_url("settings", "percent-enforced-rollout"),
             )
         )
     if "mode" in spec and spec["mode"] not in MODES:

@@ -35,6 +35,7 @@ from django_rl.backends import LuaScript
 from django_rl.backends.clock import ClockError
 from django_rl.observability.metrics import metrics
 from django_rl.policies.policy import Pending, Policy
+from django_rl.policies.rollout import outside
 
 if TYPE_CHECKING:
     from django_rl.backends import RedisNode
@@ -162,7 +163,7 @@ class _Call:
     def vetoes(self) -> bool:
         """Return whether a policy that enforces denied (so nothing was counted)."""
         return any(
-            not outcome.allowed and not hit.policy.shadow
+            not outcome.allowed and not _shadow(hit)
             for hit, outcome in zip(self.group, self.outcomes, strict=True)
         )
 
@@ -214,7 +215,7 @@ def _arguments(
     argv: list[int | str] = [time_argument, "1" if count else "0"]
     for hit, (hit_keys, parameters) in zip(group, entries, strict=True):
         keys += hit_keys
-        veto = "0" if hit.policy.shadow else "1"
+        veto = "0" if _shadow(hit) else "1"
         argv += (hit.variant.algorithm.name, len(hit_keys), len(parameters), hit.cost, veto)
         argv += parameters
     return keys, argv
@@ -233,7 +234,7 @@ def _segments(
     segments: list[tuple[int | str, ...]] = []
     for hit, (hit_keys, parameters) in zip(group, entries, strict=True):
         keys += hit_keys
-        veto = "0" if hit.policy.shadow else "1"
+        veto = "0" if _shadow(hit) else "1"
         name = hit.variant.algorithm.name
         segments.append((name, len(hit_keys), len(parameters), hit.cost, veto, *parameters))
     return keys, (time_argument, "1" if count else "0"), segments
@@ -289,7 +290,7 @@ def _decide_across(groups: list[list[Pending]]) -> dict[str, Decision]:
         except RedisError:
             degraded = {hit.key: hit.policy.unanswered(hit) for hit in group}
             answers.update(degraded)
-            denied = any(not degraded[hit.key].allowed and not hit.policy.shadow for hit in group)
+            denied = any(not degraded[hit.key].allowed and not _shadow(hit) for hit in group)
             continue
         if call.counted:
             reserved.append(call)
@@ -307,3 +308,9 @@ def _decide_across(groups: list[list[Pending]]) -> dict[str, Decision]:
             for hit, outcome in zip(call.group, outcomes, strict=True):
                 answers[hit.key] = hit.policy.answered(hit, outcome, counted=False)
     return answers
+
+
+def _shadow(hit: Pending) -> bool:
+    """Return whether ``hit``'s denial refuses nothing: shadow mode, or outside the percent."""
+    policy = hit.policy
+    return policy.shadow or (policy.partial and outside(policy, hit.identity))
