@@ -44,6 +44,7 @@ DEFAULTS: Mapping[str, Any] = {
     "METRICS": True,
     "HISTORY": True,
     "EXEMPT": (),
+    "RULES": (),
 }
 
 
@@ -84,6 +85,8 @@ class Settings:
     history: bool = True
     #: ``EXEMPT`` as written: networks, or a callable (``policies/exempt.py``).
     exempt: object = ()
+    #: ``RULES`` as written: paths to policies (``policies/site_rules.py``).
+    rules: object = ()
 
 
 def raw_settings() -> object:
@@ -172,6 +175,7 @@ def get_settings() -> Settings:
         metrics=merged["METRICS"],
         history=merged["HISTORY"],
         exempt=merged["EXEMPT"],
+        rules=merged["RULES"],
     )
 
 

@@ -56,6 +56,10 @@ HTTP_METHODS = frozenset(
 )
 
 
+#: The attribute of a decorated view (or ``dispatch``) that lists its limits.
+LIMITS_ATTRIBUTE = "_django_rl_limits"
+
+
 def _check(request: HttpRequest, limit: Limit) -> tuple[HttpResponse | None, Verdict]:
     """Decide ``limit`` for ``request``: a 429 if it blocks a denial, and the Verdict.
 
@@ -333,6 +337,7 @@ def _wrap(
             write_headers(response, recorded(request))
             return response
 
+        async_wrapper._django_rl_limits = (*_limits_of(view), limit)  # type: ignore[attr-defined]
         return async_wrapper
 
     @functools.wraps(view)
@@ -355,7 +360,15 @@ def _wrap(
         write_headers(response, verdict.every)  # (the request's list: the view's own too)
         return response
 
+    # The view's limits, for RateLimitMiddleware's RULES (decided together).
+    sync_wrapper._django_rl_limits = (*_limits_of(view), limit)  # type: ignore[attr-defined]
     return sync_wrapper
+
+
+def _limits_of(view: Callable[..., Any]) -> tuple[Limit, ...]:
+    """Return the limits of the ``@ratelimit`` uses below this one (stacked), innermost first."""
+    found: tuple[Limit, ...] = getattr(view, LIMITS_ATTRIBUTE, ())
+    return found
 
 
 def _holding(

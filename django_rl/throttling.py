@@ -71,7 +71,7 @@ class PolicyThrottle(BaseThrottle):
         return () if default is None else (default,)
 
     def allow_request(self, request: Any, view: Any) -> bool:
-        verdict = _limit_of(tuple(self.get_policy_names(view))).decide(
+        verdict = limit_of(tuple(self.get_policy_names(view))).decide(
             request
         )  # the engine's one path
         self.decisions = tuple(verdict.decisions)
@@ -88,7 +88,7 @@ class PolicyThrottle(BaseThrottle):
 
 
 @functools.cache
-def _limit_of(names: tuple[str, ...]) -> engine.Limit:
+def limit_of(names: tuple[str, ...]) -> engine.Limit:
     """Return the limit of a throttle's policy names, compiled once (names come from code)."""
     return engine.Limit(names)
 

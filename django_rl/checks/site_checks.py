@@ -7,6 +7,8 @@ left out and logged once (``policies/exempt.py``).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from asgiref.sync import iscoroutinefunction
 from django.utils.module_loading import import_string
 
@@ -14,6 +16,7 @@ from django_rl.core.problems import Problem
 from django_rl.core.reprs import short_repr
 from django_rl.docs_urls import doc_url
 from django_rl.policies.exempt import is_callable_form, parse_entry
+from django_rl.policies.site_rules import rule_problems
 
 #: The hint of every ``EXEMPT`` problem.
 EXEMPT_HINT = (
@@ -62,3 +65,45 @@ def _function_problems(value: object) -> list[Problem]:
     if iscoroutinefunction(function):
         return [Problem("django_rl.E100", f"{where} is an async function", EXEMPT_HINT)]
     return []
+
+
+#: The hint of every ``RULES`` problem.
+RULES_HINT = (
+    "Each rule is {'path': '<regex>', 'policies': ['<name>', ...]}, with 'methods': "
+    "['GET', 'POST', ...] optional; the regex is searched in request.path: "
+    + doc_url("settings", "site-wide-rules")
+)
+
+
+def rules_problems(value: object, known: Collection[object]) -> list[Problem]:
+    """Return what is wrong with ``RULES`` (``django_rl.E101``), each naming ``RULES[i]``.
+
+    :param known: the names of the policies (settings and ``register_policy``).
+    """
+    if value is None or (isinstance(value, (list, tuple)) and not value):
+        return []
+    if not isinstance(value, (list, tuple)):
+        return [
+            Problem(
+                "django_rl.E101",
+                f"DJANGO_RL['RULES'] is {short_repr(value)}, not a list",
+                RULES_HINT,
+            )
+        ]
+    problems = []
+    for index, rule in enumerate(value):
+        where = f"DJANGO_RL['RULES'][{index}]"
+        found = rule_problems(index, rule)
+        problems += [Problem("django_rl.E101", f"{where} {p}", RULES_HINT) for p in found]
+        if found:
+            continue
+        for name in rule["policies"]:
+            if name not in known:
+                problems.append(
+                    Problem(
+                        "django_rl.E101",
+                        f"{where} names policy {short_repr(name)}, which does not exist",
+                        RULES_HINT,
+                    )
+                )
+    return problems

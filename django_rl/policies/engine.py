@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 from django_rl.algorithms.base import new_tuple
 from django_rl.core.decision import Decision
-from django_rl.core.recording import record
+from django_rl.core.recording import record, recorded
 from django_rl.core.switches import LIMITS
 from django_rl.leases import Lease, held
 from django_rl.policies import together
@@ -120,8 +120,10 @@ class Limit:
         """
         if self.methods is not None and request.method not in self.methods:
             return new_tuple(Verdict, ((), (), not_limited(request), NO_LEASES))
-        if EXEMPTIONS.on and EXEMPTIONS.exempts(request):  # EXEMPT (exempt.py): no round trip
-            return new_tuple(Verdict, ((), (), not_limited(request), NO_LEASES))
+        if EXEMPTIONS.on:  # EXEMPT (exempt.py), or decided by RULES' middleware already
+            known = _known(request, self)
+            if known is not None:
+                return known
         one = self._one
         if one is None:
             decisions = hit_all(request, self.policies(), self.cost)
@@ -273,8 +275,13 @@ def decide(request: Any, limits: Sequence[Limit]) -> Verdict:
     """
     if len(limits) == 1:
         return limits[0].decide(request)
-    if EXEMPTIONS.on and EXEMPTIONS.exempts(request):  # EXEMPT (exempt.py): no round trip
-        return new_tuple(Verdict, ((), (), not_limited(request), NO_LEASES))
+    if EXEMPTIONS.on:  # EXEMPT (exempt.py), or decided by RULES' middleware already
+        if EXEMPTIONS.exempts(request):
+            return new_tuple(Verdict, ((), (), not_limited(request), NO_LEASES))
+        known = [_known(request, limit) for limit in limits]
+        if all(v is not None for v in known):
+            return _joined([v for v in known if v is not None], recorded(request))
+        limits = [limit for limit, v in zip(limits, known, strict=True) if v is None]
     owned = [
         (limit, policy) for limit in limits if limit.applies(request) for policy in limit.policies()
     ]
@@ -282,3 +289,66 @@ def decide(request: Any, limits: Sequence[Limit]) -> Verdict:
     decisions = [decision for _, decision in made]
     blocking = [d for index, d in made if owned[index][0].block and d.denies]
     return new_tuple(Verdict, (decisions, blocking, record(request, decisions), held(decisions)))
+
+
+#: The Django request's attribute that holds the Verdicts ``RateLimitMiddleware``
+#: made for the view's own limits (``decide_together``), until each is asked for.
+PREDECIDED = "_django_rl_predecided"
+
+
+def _known(request: Any, limit: Limit) -> Verdict | None:
+    """Return ``limit``'s Verdict if already known: the request is exempt, or RULES decided it."""
+    if EXEMPTIONS.exempts(request):
+        return new_tuple(Verdict, ((), (), not_limited(request), NO_LEASES))
+    http_request = getattr(request, "_request", request)
+    decided = getattr(http_request, PREDECIDED, None)
+    if not decided:
+        return None
+    found: Verdict | None = decided.pop(limit, None)
+    return found
+
+
+def _joined(verdicts: Sequence[Verdict], every: list[Decision]) -> Verdict:
+    decisions = [d for v in verdicts for d in v.decisions]
+    blocking = [d for v in verdicts for d in v.blocking]
+    return new_tuple(Verdict, (decisions, blocking, every, held(decisions)))
+
+
+def decide_together(request: Any, first: Sequence[Limit], then: Sequence[Limit]) -> Verdict:
+    """Decide the limits ``first`` (RULES') and ``then`` (the view's own) at once; record them.
+
+    All or nothing, one round trip where the keys share a slot, as one
+    limit's several policies: a policy named by several of them is hit once
+    (at the cost of the first that names it). Returns the Verdict of
+    ``first``; each of ``then`` gets its own, kept on the request for its
+    front door (:meth:`Limit.decide` answers it without deciding again).
+    """
+    limits = [*first, *then]
+    applying = [limit for limit in limits if limit.applies(request)]
+    weighted: list[tuple[Policy, int]] = []
+    where: dict[str, int] = {}
+    owners: list[list[Limit]] = []
+    for limit in applying:
+        for policy in limit.policies():
+            index = where.get(policy.name)
+            if index is None:
+                where[policy.name] = index = len(weighted)
+                weighted.append((policy, limit.cost))
+                owners.append([])
+            if limit not in owners[index]:
+                owners[index].append(limit)
+    made = _hit_weighted(request, weighted)
+    every = record(request, [decision for _, decision in made])
+    mine: dict[Limit, tuple[list[Decision], list[Decision]]] = {limit: ([], []) for limit in limits}
+    for index, decision in made:
+        for limit in owners[index]:
+            decisions, blocking = mine[limit]
+            decisions.append(decision)
+            if limit.block and decision.denies:
+                blocking.append(decision)
+    verdicts = {limit: new_tuple(Verdict, (d, b, every, held(d))) for limit, (d, b) in mine.items()}
+    if then:
+        http_request = getattr(request, "_request", request)
+        setattr(http_request, PREDECIDED, {limit: verdicts[limit] for limit in then})
+    firsts = [verdicts[limit] for limit in dict.fromkeys(first)]
+    return _joined(firsts, every)

@@ -178,16 +178,26 @@ def compile_exempt(value: object, addresses: AddressSettings) -> Matcher | None:
 class Exemptions:
     """Whether a request is exempt: ``EXEMPT`` compiled once, again after a settings change.
 
-    :ivar on: ``False`` once the settings are read and nothing is exempt; the
-        front doors test it before calling :meth:`exempts` (the usual path's
-        one attribute test).
+    :ivar on: ``False`` once the settings are read, nothing is exempt and no
+        rule of ``RULES`` decides requests before their views (``site_rules.py``);
+        the front doors test it before asking more (the usual path's one
+        attribute test): :meth:`exempts`, and ``engine`` for a limit the
+        middleware already decided.
     """
 
-    __slots__ = ("_matcher", "on")
+    __slots__ = ("_exempting", "_matcher", "_predeciding", "_read", "on")
 
     def __init__(self) -> None:
         self.on = True  # not read yet
         self._matcher: Matcher | None = None
+        self._read = False
+        self._exempting = False
+        self._predeciding = False
+
+    def predeciding(self, on: bool) -> None:
+        """Say whether the middleware decides limits before views (``RULES`` is not empty)."""
+        self._predeciding = on
+        self.on = on or self._exempting or not self._read
 
     def exempts(self, request: Any) -> bool:
         """Return whether ``request`` is exempt; decided once per request (kept on it)."""
@@ -199,6 +209,8 @@ class Exemptions:
                 return bool(known)
         matcher = self._matcher
         if matcher is None:
+            if self._read:
+                return False
             matcher = self._compile()
             if matcher is None:
                 return False
@@ -215,12 +227,17 @@ class Exemptions:
             _ERRORS.once(f": not read, the settings are wrong: {exc}", None)
             return None
         self._matcher = matcher
-        self.on = matcher is not None
+        self._read = True
+        self._exempting = matcher is not None
+        self.on = self._exempting or self._predeciding
         return matcher
 
     def forget(self) -> None:
         """Read ``EXEMPT`` again on next use (the settings changed)."""
         self._matcher = None
+        self._read = False
+        self._exempting = False
+        self._predeciding = False
         self.on = True
         _ERRORS.forget()
 
