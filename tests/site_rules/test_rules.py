@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 import pytest
 from django.core.checks import Error
@@ -240,32 +239,3 @@ def test_a_user_key_sees_the_sessions_user(settings, redis_client):
     assert get_policy("per_user").peek(f"user:{user.pk}").remaining == 0
     # Anonymous requests: the user key does not apply.
     assert [Client().get("/api/plain/").status_code for _ in range(3)] == [200] * 3
-
-
-def test_fifty_rules_matching_none_cost_under_5_us(settings, redis_client):
-    from django.http import HttpResponse
-    from django.test import RequestFactory
-
-    from django_rl.middleware import RateLimitMiddleware
-
-    rules = [
-        {"path": rf"^/api/v{i}/items/\d+/", "methods": ["POST"], "policies": ["rule_a"]}
-        for i in range(50)
-    ]
-    settings.DJANGO_RL = {**settings.DJANGO_RL, "RULES": rules}
-    middleware = RateLimitMiddleware(lambda request: HttpResponse("ok"))
-    request = RequestFactory().get("/shop/products/123/reviews/")
-
-    def view(request):
-        return None
-
-    def per_call() -> float:
-        n = 20_000
-        began = time.process_time()
-        for _ in range(n):
-            middleware.process_view(request, view, (), {})
-        return (time.process_time() - began) / n
-
-    per_call()
-    best = min(per_call() for _ in range(5))
-    assert best < 5e-6, f"{best * 1e6:.2f} us"
