@@ -1,4 +1,8 @@
-"""How the decorator runs decisions of async views, and what the other ways would cost.
+"""Async views end to end in-process, and what the earlier thread hops would cost.
+
+(``@ratelimit`` now decides async views on the event loop: see
+``bench/async_decisions.py`` and docs/http.md; the hops below are the
+designs not taken, kept for comparison.)
 
 Serves an async view through Django's real ASGI handler (a
 ``ThreadSensitiveContext`` per request, as under uvicorn or daphne) with the
@@ -7,7 +11,7 @@ such context (as Django's test ``AsyncClient`` runs). Per request: wall time
 and CPU time of the event loop's thread, for:
 
 * no decision (the floor, in the same run),
-* ``@ratelimit`` as shipped: one ``sync_to_async`` hop, thread-sensitive,
+* ``@ratelimit`` as shipped: decided on the loop (no hop),
 * the alternatives not taken: the same hop to the shared thread pool
   (``thread_sensitive=False``; identity functions could then hit the database
   from arbitrary threads), and identity thread-sensitive + Redis in the pool

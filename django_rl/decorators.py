@@ -9,14 +9,14 @@ path that does not import) is reported by ``manage.py check``
 (``django_rl.E013``, ``E014``, ``E007``, ``E011``); a cost above the limit
 used anyway is denied with 429, never an error.
 
-Async views: the decision (identity function, Redis round trip, and the 429
-if one is due) runs in ``sync_to_async`` with ``thread_sensitive=True``, off
-the event loop. Under Django's ASGI handler every request has its own such
-thread (``ThreadSensitiveContext``), so decisions of concurrent requests run
-side by side, and an identity function that reads ``request.user`` (a
-session and database lookup) runs where Django runs the request's other sync
-code, with the same database connection. Only the header formatting runs on
-the loop. See docs/http.md for the measurements behind this choice.
+Async views (and a class whose ``dispatch`` is async) decide on the event
+loop: the same steps (``Limit.adecide``), the round trip awaited on a
+``redis.asyncio`` connection, the 429 and the headers made on the loop, no
+thread. Only the project's own sync callables hop: a key or rate function
+runs in ``sync_to_async`` (thread-sensitive: where Django runs the request's
+other sync code, with its database connection); an ``async def`` one is
+awaited. The ``user`` keys read ``await request.auser()`` where Django has
+it. See docs/http.md.
 
 DRF views (an ``APIView`` class, ``@api_view``, ``as_view()``) decide once DRF
 has authenticated the request: see ``drf_views.py``. The deciding itself is
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, NoReturn, TypeVar, cast
 
-from asgiref.sync import iscoroutinefunction, sync_to_async
+from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
 import django_rl.leases as leases
@@ -77,9 +77,25 @@ def _check(request: HttpRequest, limit: Limit) -> tuple[HttpResponse | None, Ver
     return None, verdict
 
 
+async def _acheck(request: HttpRequest, limit: Limit) -> tuple[HttpResponse | None, Verdict]:
+    """:func:`_check` on the event loop (``Limit.adecide``; slots given back awaited)."""
+    verdict = await limit.adecide(request)
+    if verdict.blocking:
+        await leases.arelease(verdict.held)
+        return _too_many(request, verdict), verdict
+    if verdict.held:
+        slots.hold(request, verdict.held)
+    return None, verdict
+
+
 def _refused(request: HttpRequest, verdict: Verdict) -> HttpResponse:
     """Return the 429 for a Verdict that blocks; give back the slots it took (none count)."""
     leases.release(verdict.held)
+    return _too_many(request, verdict)
+
+
+def _too_many(request: HttpRequest, verdict: Verdict) -> HttpResponse:
+    """Return the 429 for a Verdict that blocks."""
     return too_many_requests(request, RateLimited(list(verdict.decisions)))
 
 
@@ -173,7 +189,7 @@ def ratelimit(
             else:
                 # dispatch() of an async class-based view is a plain method that
                 # returns a coroutine: it gets the async wrapper, so the decision
-                # runs off the event loop there too.
+                # runs on the event loop there too.
                 cls.dispatch = _wrap(
                     cls.dispatch,
                     limit,
@@ -307,21 +323,19 @@ def _wrap(
             request = args[request_index]
             held: Sequence[Lease] = ()
             if limit.applies(request):
-                # Off the event loop, in the request's sync thread (see above).
+                # On the event loop (see above).
                 try:
-                    denied, verdict = await sync_to_async(_check, thread_sensitive=True)(
-                        request, limit
-                    )
+                    denied, verdict = await _acheck(request, limit)
                 except BaseException:
-                    # Cancelled (the client left) while the thread decides: the
-                    # slots it takes are given back as soon as taken.
+                    # Cancelled (the client left) while deciding: slots taken
+                    # are given back (and any taken later, at once).
                     slots.end(request)
                     raise
                 if denied is not None:
                     return denied
                 held = verdict.held
             else:
-                engine.not_limited(request)  # (no thread for a method the limit does not count)
+                engine.not_limited(request)
             if not held:
                 response = await view(*args, **kwargs)
                 write_headers(response, recorded(request))
@@ -329,7 +343,7 @@ def _wrap(
             try:
                 response = await view(*args, **kwargs)
             except BaseException:
-                await sync_to_async(leases.release, thread_sensitive=True)(held)
+                await leases.arelease(held)
                 raise
             # Given back when the ASGI handler closes the response (after its
             # body), or the one it sent instead (http/slots.py).

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from asgiref.sync import sync_to_async
 from redis.exceptions import RedisError
 
+from django_rl.algorithms.concurrency import members
+from django_rl.backends.aio_node import apipeline, arun, async_capable
 from django_rl.core.decision import Decision
 
 if TYPE_CHECKING:
@@ -63,9 +66,7 @@ class Lease:
 
     def members(self) -> list[str]:
         """Return the ZSET members of its slots (as ``concurrency.lua`` names them)."""
-        if self.cost == 1:
-            return [self.token]
-        return [f"{self.token}:{i}" for i in range(1, self.cost + 1)]
+        return members(self.token, self.cost)
 
 
 #: Decisions (or leases) whose slots to give back: one, or several.
@@ -98,35 +99,68 @@ def release(decisions: Held) -> int:
     degraded one) and leases already given back are skipped. Never raises
     for Redis trouble: those slots end at their policy's ``timeout``.
     """
-    leases = held(decisions)
-    if not leases:
-        return 0
-    with _claiming:
-        leases = [lease for lease in leases if not lease.released]
-        for lease in leases:
-            lease.released = True
-    if not leases:
-        return 0
-    groups: dict[tuple[int, int], list[Lease]] = {}
-    for lease in leases:
-        backend = lease.backend
-        groups.setdefault((id(backend), backend.slot_of(lease.key)), []).append(lease)
     given = 0
-    for group in groups.values():
+    for group in _claimed(decisions):
         try:
             group[0].backend.run(group[0].key, _give_back, group)
         except RedisError as exc:
-            # The node logged the outage or error reply once; the lease ends
-            # by its timeout.
-            logger.debug("could not give back %d lease(s): %s", len(group), exc)
+            _not_given_back(group, exc)
             continue
         given += sum(lease.cost for lease in group)
     return given
 
 
-def _give_back(node: RedisNode, key: str, leases: list[Lease]) -> None:
+async def arelease(decisions: Held) -> int:
+    """:func:`release`, awaited on the event loop: the same claims and ZREMs."""
+    given = 0
+    for group in _claimed(decisions):
+        backend = group[0].backend
+        try:
+            if async_capable(backend):
+                await arun(backend, group[0].key, _agive_back, group)
+            else:  # (a backend without an async path)
+                await sync_to_async(backend.run, thread_sensitive=False)(
+                    group[0].key, _give_back, group
+                )
+        except RedisError as exc:
+            _not_given_back(group, exc)
+            continue
+        given += sum(lease.cost for lease in group)
+    return given
+
+
+def _claimed(decisions: Held) -> list[list[Lease]]:
+    """Claim the leases of ``decisions`` not given back yet; return them by hash slot."""
+    leases = held(decisions)
+    if not leases:
+        return []
+    with _claiming:
+        leases = [lease for lease in leases if not lease.released]
+        for lease in leases:
+            lease.released = True
+    groups: dict[tuple[int, int], list[Lease]] = {}
+    for lease in leases:
+        backend = lease.backend
+        groups.setdefault((id(backend), backend.slot_of(lease.key)), []).append(lease)
+    return list(groups.values())
+
+
+def _not_given_back(group: list[Lease], exc: RedisError) -> None:
+    # The node logged the outage or error reply once; the lease ends by its timeout.
+    logger.debug("could not give back %d lease(s): %s", len(group), exc)
+
+
+def _zrems(leases: list[Lease]) -> Callable[[Any], list[Any]]:
     # ZREM may run twice (a retried pipeline): the second removes nothing.
-    node.pipeline(lambda pipe: [pipe.zrem(lease.key, *lease.members()) for lease in leases])
+    return lambda pipe: [pipe.zrem(lease.key, *lease.members()) for lease in leases]
+
+
+def _give_back(node: RedisNode, key: str, leases: list[Lease]) -> None:
+    node.pipeline(_zrems(leases))
+
+
+async def _agive_back(node: RedisNode, key: str, leases: list[Lease]) -> None:
+    await apipeline(node, _zrems(leases))
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from django_rl.algorithms.outcomes import Reading as Reading
 from django_rl.algorithms.outcomes import ReadReplies as ReadReplies
 from django_rl.algorithms.outcomes import new_tuple as new_tuple
 from django_rl.algorithms.static import rate_or_static
+from django_rl.backends.aio_node import aeval, apipeline
 from django_rl.backends.scripts import EncodedScript, LuaScript
 from django_rl.core.rates import Rate
 
@@ -95,6 +96,10 @@ class Algorithm(Protocol):
         """Count a hit of weight ``cost`` (1 <= cost <= limit) and decide."""
         ...
 
+    async def ahit(self, node: RedisNode, key: str, cost: int) -> Outcome:
+        """:meth:`hit` awaited on the event loop (``backends/aio_node.py``): the same commands."""
+        ...
+
     def peek(self, node: RedisNode, key: str) -> Outcome:
         """Decide whether a hit of cost 1 would be allowed, changing nothing."""
         ...
@@ -146,6 +151,18 @@ def read_now(algorithm: Algorithm, node: RedisNode, key: str) -> Reading:
     """Run ``algorithm.queue_peek`` in a pipeline of its own: one round trip."""
     read, replies = node.pipeline(lambda pipe: algorithm.queue_peek(pipe, node, key))
     return read(iter(replies))
+
+
+async def aread_now(algorithm: Algorithm, node: RedisNode, key: str) -> Reading:
+    """:func:`read_now`, awaited: the same commands (``queue_peek``) in one round trip."""
+    read, replies = await apipeline(node, lambda pipe: algorithm.queue_peek(pipe, node, key))
+    return read(iter(replies))
+
+
+async def apeek(node: RedisNode, key: str, algorithm: Algorithm) -> Outcome:
+    """``algorithm.peek(node, key)``, awaited (every algorithm's peek is its ``queue_peek``
+    read); arguments in the order of a backend's operation (``aio_node.arun``)."""
+    return (await aread_now(algorithm, node, key)).outcome
 
 
 class RateAlgorithm:
@@ -246,6 +263,12 @@ class ScriptAlgorithm:
 
     def hit(self, node: RedisNode, key: str, cost: int) -> Outcome:
         return self.outcome(self._encoded(node.client, key, cost, "1", node.script_time()))
+
+    async def ahit(self, node: RedisNode, key: str, cost: int) -> Outcome:
+        """:meth:`hit`, awaited: the same EVALSHA (the same ARGV), the same reading of it."""
+        encoded = self._encoded
+        args = (*encoded.fixed, cost, "1", node.script_time())
+        return self.outcome(await aeval(node, self.script, (key,), args))
 
     def peek(self, node: RedisNode, key: str) -> Outcome:
         read, replies = node.pipeline(lambda pipe: self.queue_peek(pipe, node, key))

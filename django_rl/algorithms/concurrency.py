@@ -21,10 +21,13 @@ a lease that ends while its request still runs lets another request in.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from redis.exceptions import RedisError
 
 from django_rl.algorithms.base import (
     Outcome,
@@ -34,6 +37,7 @@ from django_rl.algorithms.base import (
     algorithm_script,
 )
 from django_rl.backends import LuaScript
+from django_rl.backends.aio_node import aeval, apipeline
 from django_rl.core.reprs import short_repr
 
 if TYPE_CHECKING:
@@ -49,6 +53,38 @@ MAX_TIMEOUT = 86_400
 #: The longest Retry-After a denied hit is told, in ms: a slot can come back
 #: at any moment, so clients are asked to try again soon.
 RETRY_AFTER_MS = 1_000
+
+
+def members(token: str, cost: int) -> list[str]:
+    """Return the ZSET members of a hit's slots, as ``concurrency.lua`` names them."""
+    if cost == 1:
+        return [token]
+    return [f"{token}:{i}" for i in range(1, cost + 1)]
+
+
+#: The give-backs of cancelled takes under way (a task is kept until it ends).
+_giving_back: set[asyncio.Task[None]] = set()
+#: Tries of a cancelled take's give-back, and the wait between them (seconds):
+#: the take may reach the server after the first try (a paused server, a slow write).
+GIVE_BACK_TRIES, GIVE_BACK_WAIT = 5, 0.05
+
+
+def give_back_cancelled(node: RedisNode, key: str, names: list[str]) -> None:
+    """Give back the slots a cancelled take may have taken, in a task of its own."""
+    task = asyncio.get_running_loop().create_task(_give_back(node, key, names))
+    _giving_back.add(task)
+    task.add_done_callback(_giving_back.discard)
+
+
+async def _give_back(node: RedisNode, key: str, names: list[str]) -> None:
+    for _ in range(GIVE_BACK_TRIES):
+        try:
+            _, (removed,) = await apipeline(node, lambda pipe: pipe.zrem(key, *names))
+        except RedisError:
+            return  # the slots end at the policy's timeout
+        if removed:
+            return
+        await asyncio.sleep(GIVE_BACK_WAIT)
 
 
 def new_token() -> str:
@@ -134,9 +170,26 @@ class Concurrency(ScriptAlgorithm):
     def script_args(self, cost: int, commit: str, token: str = "") -> tuple[int | str, ...]:
         return (self._limit, self.timeout_ms, token, RETRY_AFTER_MS, cost, commit)
 
+    def _hit_args(self, node: RedisNode, cost: int) -> tuple[int | str, ...]:
+        return (*self.script_args(cost, "1", new_token()), node.script_time())
+
     def hit(self, node: RedisNode, key: str, cost: int) -> Outcome:
-        args = (*self.script_args(cost, "1", new_token()), node.script_time())
-        return self.outcome(self.script(node.client, (key,), args))
+        return self.outcome(self.script(node.client, (key,), self._hit_args(node, cost)))
+
+    async def ahit(self, node: RedisNode, key: str, cost: int) -> Outcome:
+        """:meth:`hit`, awaited (the same script and arguments).
+
+        Cancelled while the take is in flight (the client left), it may still
+        reach Redis: its slots are given back by a task of their own
+        (:func:`give_back_cancelled`), so none is held past the cancellation.
+        """
+        args = self._hit_args(node, cost)
+        try:
+            reply = await aeval(node, self.script, (key,), args)
+        except asyncio.CancelledError:
+            give_back_cancelled(node, key, members(str(args[2]), cost))
+            raise
+        return self.outcome(reply)
 
     def script_entry(self, node: RedisNode, key: str) -> tuple[list[str], tuple[int | str, ...]]:
         # A token per hit: it comes back in the reply when the hit takes slots.

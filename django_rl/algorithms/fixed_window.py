@@ -43,7 +43,7 @@ PTTL key; EXEC``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django_rl.algorithms.base import (
@@ -54,6 +54,7 @@ from django_rl.algorithms.base import (
     new_tuple,
     read_now,
 )
+from django_rl.backends.aio_node import arun_transaction, atransaction
 from django_rl.backends.clock import ClockError
 from django_rl.backends.resp import KEY, Slot, Transaction
 
@@ -74,6 +75,10 @@ _COST, _END = Slot("cost"), Slot("end")
 #: window's end: ``MULTI; INCRBY; PEXPIREAT [NX]; PTTL; EXEC``.
 HIT_NX = Transaction([("INCRBY", KEY, _COST), ("PEXPIREAT", KEY, _END, "NX"), ("PTTL", KEY)])
 HIT = Transaction([("INCRBY", KEY, _COST), ("PEXPIREAT", KEY, _END), ("PTTL", KEY)])
+
+#: A hit's steps (``FixedWindow._hit_steps``): yields ``(transaction or None,
+#: values or commands)``, is sent the replies, returns the Outcome.
+Steps = Generator[tuple[Transaction | None, Sequence[Any]], list[Any], Outcome]
 
 
 class FixedWindow(RateAlgorithm):
@@ -102,8 +107,47 @@ class FixedWindow(RateAlgorithm):
         Both are rare (a window edge inside the clock's error, or a server
         clock that jumped); otherwise a hit is one round trip.
         """
+        steps = self._hit_steps(node, key, cost)
+        try:
+            exchange = next(steps)
+            while True:
+                transaction, values = exchange
+                client = node.client
+                if transaction is not None:
+                    exchange = steps.send(client.run_transaction(transaction, *values))
+                else:
+                    exchange = steps.send(client.transaction_replies(values))
+        except StopIteration as done:
+            outcome: Outcome = done.value
+            return outcome
+
+    async def ahit(self, node: RedisNode, key: str, cost: int) -> Outcome:
+        """:meth:`hit`, awaited: the same steps (:meth:`_hit_steps`), the same transactions."""
+        steps = self._hit_steps(node, key, cost)
+        try:
+            exchange = next(steps)
+            while True:
+                transaction, values = exchange
+                if transaction is None:
+                    exchange = steps.send(await atransaction(node, values))
+                else:
+                    key_of, filling = values
+                    exchange = steps.send(
+                        await arun_transaction(node, transaction, key_of, filling)
+                    )
+        except StopIteration as done:
+            outcome: Outcome = done.value
+            return outcome
+
+    def _hit_steps(self, node: RedisNode, key: str, cost: int) -> Steps:
+        """:meth:`hit`'s steps: each yields one MULTI/EXEC and is sent its replies.
+
+        A yield is ``(transaction, values)`` (a ``resp.Transaction`` and the
+        values of its slots) or ``(None, commands)``; the sync and the async
+        driver only make the exchange.
+        """
         if node.app_clock:
-            return self._hit_by_app_clock(node, key, cost)
+            return (yield from self._hit_by_app_clock(node, key, cost))
         clock = node.clock
         period = self.rate.period_ms
         hit = HIT_NX if node.capabilities.expire_nx else HIT
@@ -113,12 +157,11 @@ class FixedWindow(RateAlgorithm):
             window = max(node.server_now_ms() // period, earliest)  # (not app_clock: above)
             window_key = f"{key}:{window}"
             end = (window + 1) * period
-            client = node.client
             sent = time.monotonic()
             if not undo:
-                replies = client.run_transaction(hit, window_key, (cost, end))
+                replies = yield hit, (window_key, (cost, end))
             else:
-                replies = client.transaction_replies([*undo, *hit.filled(window_key, (cost, end))])
+                replies = yield None, [*undo, *hit.filled(window_key, (cost, end))]
             received = time.monotonic()
             count, _, ttl_ms = replies[len(undo) :]
             undo = []
@@ -147,7 +190,7 @@ class FixedWindow(RateAlgorithm):
             + (" (a hit stays counted in a later window)" if undo else "")
         )
 
-    def _hit_by_app_clock(self, node: RedisNode, key: str, cost: int) -> Outcome:
+    def _hit_by_app_clock(self, node: RedisNode, key: str, cost: int) -> Steps:
         """Count the hit in the window of this host's clock (``CLOCK: "app"``).
 
         ``PEXPIRE`` with the time left in the window (see the module's
@@ -162,8 +205,9 @@ class FixedWindow(RateAlgorithm):
         window_key = f"{key}:{window}"
         end = (window + 1) * period
         nx = ("NX",) if node.capabilities.expire_nx else ()
-        count, _ = node.client.transaction_replies(
-            (("INCRBY", window_key, cost), ("PEXPIRE", window_key, end - now, *nx))
+        count, _ = yield (
+            None,
+            (("INCRBY", window_key, cost), ("PEXPIRE", window_key, end - now, *nx)),
         )
         # The time left in this host's window: what Retry-After is about.
         left = max(end - node.now_ms(), 1)

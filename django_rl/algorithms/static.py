@@ -69,6 +69,9 @@ class StaticAlgorithm:
     def hit(self, node: RedisNode | None, key: str, cost: int) -> Outcome:
         return self.outcome
 
+    async def ahit(self, node: RedisNode | None, key: str, cost: int) -> Outcome:
+        return self.outcome
+
     def peek(self, node: RedisNode | None, key: str) -> Outcome:
         return self.outcome
 

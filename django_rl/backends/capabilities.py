@@ -102,11 +102,9 @@ def detect(client: Redis) -> Capabilities:
         moves on to the next way of asking).
     """
     try:
-        reply = client.execute_command("HELLO")  # type: ignore[no-untyped-call]
-        if isinstance(reply, list):  # RESP2: a flat list of names and values
-            reply = dict(zip(reply[::2], reply[1::2], strict=False))
-        if isinstance(reply, dict):
-            return from_server_info(reply)
+        found = from_hello(client.execute_command("HELLO"))  # type: ignore[no-untyped-call]
+        if found is not None:
+            return found
     except ResponseError:
         pass  # Redis before 6.2 wants a protocol version; a proxy may not know HELLO
     try:
@@ -157,14 +155,26 @@ class Learned:
                 except BaseException:
                     self._failed_at = time.monotonic()
                     raise
-                if not capabilities.supported:
-                    logger.error(
-                        "Redis for rate limiting (%s) is %s; django_rl supports Redis %s and "
-                        "later (and Valkey): decisions may fail or follow fail_open. "
-                        "Upgrade the server.",
-                        self.server,
-                        capabilities.label,
-                        ".".join(map(str, MINIMUM_VERSION[:2])),
-                    )
-                self.known = capabilities
+                self.settle(capabilities)
             return capabilities
+
+    def settle(self, capabilities: Capabilities) -> None:
+        """Keep ``capabilities``, learned by a caller (the async path asks on its own
+        connection); a server older than the minimum supported version is logged."""
+        if not capabilities.supported:
+            logger.error(
+                "Redis for rate limiting (%s) is %s; django_rl supports Redis %s and "
+                "later (and Valkey): decisions may fail or follow fail_open. "
+                "Upgrade the server.",
+                self.server,
+                capabilities.label,
+                ".".join(map(str, MINIMUM_VERSION[:2])),
+            )
+        self.known = capabilities
+
+
+def from_hello(reply: object) -> Capabilities | None:
+    """Return the capabilities ``HELLO``'s reply tells (RESP2's flat list or RESP3's map)."""
+    if isinstance(reply, list):  # RESP2: a flat list of names and values
+        reply = dict(zip(reply[::2], reply[1::2], strict=False))
+    return from_server_info(reply) if isinstance(reply, dict) else None

@@ -163,6 +163,19 @@ class ServerClock:
         """
         self._measure(time.monotonic(), wait=True, force=True)
 
+    def due(self) -> bool:
+        """Return whether the next :meth:`now_ms` would read ``TIME`` (the async path reads
+        it first, on its own connection, and hands it to :meth:`measured`)."""
+        return time.monotonic() >= self._resync_at
+
+    def measured(self, seconds: int, microseconds: int, sent: float, received: float) -> None:
+        """Learn from a ``TIME`` read between ``sent`` and ``received`` (as :meth:`resync`)."""
+        server = seconds + microseconds / 1e6
+        # (Not under the lock a thread holds while it reads TIME: the loop never waits on it.)
+        self._learn(server - received, server + 1e-6 - sent, received)
+        self._measured_at = received
+        self._resync_at = received + self._resync_interval
+
     def observe(self, server_ms: float, sent: float, received: float) -> None:
         """Learn from a reading of the server's clock.
 

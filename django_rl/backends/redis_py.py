@@ -21,6 +21,7 @@ public ways are used.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -272,3 +273,54 @@ def reconnect_if_told(connection: Any) -> None:
     if should_reconnect is not None and should_reconnect():
         connection.disconnect()
         connection.connect()
+
+
+def abandon_async_pool(pool: Any) -> None:
+    """Close the sockets of a ``redis.asyncio`` pool whose event loop is closed or gone.
+
+    Its connections' streams cannot be closed the usual way (that schedules
+    a callback on the loop): each transport is aborted as far as a closed
+    loop allows, its socket (asyncio's ``_sock``) closed directly, and the
+    connection forgets its streams (``_reader``, ``_writer``).
+    The pool's lists of connections are its ``_available_connections`` and
+    ``_in_use_connections``.
+    """
+    connections = [
+        *getattr(pool, "_available_connections", ()),
+        *getattr(pool, "_in_use_connections", ()),
+    ]
+    for connection in connections:
+        writer = getattr(connection, "_writer", None)
+        if writer is None:
+            continue
+        # Marked closing (its finalizers then have nothing to warn about); a
+        # closed loop refuses the connection-lost callback it schedules.
+        abandon_transport(writer.transport)
+        connection._reader = connection._writer = None
+
+
+def reply_reader() -> Any:
+    """Return a hiredis reader that reads replies as redis-py's hiredis parser does.
+
+    Error replies become redis-py's exceptions (its hiredis parser's ``parse_error``:
+    ``NoScriptError``, ``MovedError``, ...), returned in place, not raised.
+
+    :raises ImportError: without hiredis (``aio_pipe.pipe_possible`` says no then).
+    """
+    import hiredis
+    from redis._parsers.hiredis import _HiredisParser
+    from redis.exceptions import InvalidResponse
+
+    # (Bound to a parser: ``parse_error`` is a classmethod in newer redis-py only.)
+    parse_error = _HiredisParser(65536).parse_error  # type: ignore[no-untyped-call]
+    return hiredis.Reader(protocolError=InvalidResponse, replyError=parse_error)
+
+
+def abandon_transport(transport: Any) -> None:
+    """Close an asyncio transport whose event loop is closed or gone (see above)."""
+    with contextlib.suppress(RuntimeError):
+        transport.abort()
+    sock = getattr(transport, "_sock", None)
+    if sock is not None:
+        sock.close()
+        transport._sock = None

@@ -478,16 +478,22 @@ def _address_identity(spec: str, addresses: AddressSettings) -> IdentityFunction
 
 
 def checked_identity(function: Callable[[Any], object], name: str) -> IdentityFunction:
-    """Wrap a user's identity function so a wrong return type is a clear error."""
+    """Wrap a user's identity function so a wrong return type is a clear error; keep it as
+    ``written``, for the async path (``async_identities.aidentify``) to await an ``async def``."""
 
     @functools.wraps(function)
     def identity(request: Any) -> str | None:
-        value = function(request)
-        if value is None or isinstance(value, str):
-            return value
-        raise TypeError(
-            f"identity function {name!r} returned {type(value).__name__}; "
-            "it must return a str (e.g. 'tenant:42') or None"
-        )
+        return checked_value(function(request), name)
 
+    identity.written = (function, name)  # type: ignore[attr-defined]
     return identity
+
+
+def checked_value(value: object, name: str) -> str | None:
+    """Return a user's identity function's ``value``, or raise ``TypeError`` for a wrong type."""
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(
+        f"identity function {name!r} returned {type(value).__name__}; "
+        "it must return a str (e.g. 'tenant:42') or None"
+    )

@@ -83,15 +83,36 @@ def report_denial(request: Any, policy: str, identity: str, decision: Decision) 
         _log(policy, identity, decision)
 
 
+async def areport_denial(request: Any, policy: str, identity: str, decision: Decision) -> None:
+    """:func:`report_denial` on the event loop: ``rate_limited.asend_robust`` where Django
+    has it (async receivers awaited on the loop), else ``send_robust``."""
+    if rate_limited.has_listeners():
+        arguments = _arguments(request, policy, identity, decision)
+        asend = getattr(rate_limited, "asend_robust", None)
+        if asend is not None:
+            _receiver_errors(await asend(**arguments))
+        else:
+            _receiver_errors(rate_limited.send_robust(**arguments))
+    if denials_logger.isEnabledFor(logging.INFO):
+        _log(policy, identity, decision)
+
+
+def _arguments(request: Any, policy: str, identity: str, decision: Decision) -> dict[str, Any]:
+    return {
+        "sender": policy,
+        "request": request,
+        "policy": policy,
+        "identity": identity,
+        "decision": decision,
+        "shadow": decision.shadow,
+    }
+
+
 def _send(request: Any, policy: str, identity: str, decision: Decision) -> None:
-    replies = rate_limited.send_robust(
-        sender=policy,
-        request=request,
-        policy=policy,
-        identity=identity,
-        decision=decision,
-        shadow=decision.shadow,
-    )
+    _receiver_errors(rate_limited.send_robust(**_arguments(request, policy, identity, decision)))
+
+
+def _receiver_errors(replies: Any) -> None:
     for receiver, reply in replies:
         if isinstance(reply, Exception):
             may, dropped, _ = RECEIVER_ERRORS.take()

@@ -11,6 +11,7 @@ from redis.exceptions import RedisError
 
 from django_rl.algorithms import ParameterError
 from django_rl.backends import Backend, RedisNode
+from django_rl.backends.aio_node import arun, async_capable, atransaction
 from django_rl.core.rates import RateError
 from django_rl.policies.plans import CATALOGUE_TTL_MS, PlanRates, Variant, catalogue_key
 
@@ -31,6 +32,17 @@ class RateCatalogue:
             self.backend.run(self.key, _write, variant.fingerprint, variant.rate)
         except RedisError:
             self.rates.recorded(variant, ok=False)  # tried again in a few seconds
+            return
+        self.rates.recorded(variant, ok=True)
+
+    async def arecord_if_due(self, variant: Variant) -> None:
+        """:meth:`record_if_due` on the event loop (the same MULTI/EXEC, awaited)."""
+        if not self.rates.due(variant) or not async_capable(self.backend):
+            return  # (a cluster: record_if_due, in the decision's answer)
+        try:
+            await arun(self.backend, self.key, _awrite, variant.fingerprint, variant.rate)
+        except RedisError:
+            self.rates.recorded(variant, ok=False)
             return
         self.rates.recorded(variant, ok=True)
 
@@ -62,10 +74,16 @@ def _read(node: RedisNode, key: str) -> dict[str, str]:
 
 
 def _write(node: RedisNode, key: str, fingerprint: str, rate: str) -> None:
+    node.client.transaction_replies(_entry(key, fingerprint, rate))
+
+
+async def _awrite(node: RedisNode, key: str, fingerprint: str, rate: str) -> None:
+    await atransaction(node, _entry(key, fingerprint, rate))
+
+
+def _entry(key: str, fingerprint: str, rate: str) -> tuple[tuple[object, ...], ...]:
     # Every writer sets the same long TTL, so no write shortens another's.
-    node.client.transaction_replies(
-        (("HSET", key, fingerprint, rate), ("PEXPIRE", key, CATALOGUE_TTL_MS))
-    )
+    return (("HSET", key, fingerprint, rate), ("PEXPIRE", key, CATALOGUE_TTL_MS))
 
 
 def _text(value: object) -> str:

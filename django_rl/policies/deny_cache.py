@@ -293,17 +293,58 @@ class DenyCache:
                 token: object = self.read_token(reset_epoch.new_token())
             except Exception:  # Redis cannot answer: hits ask it, and fail_open decides
                 token = _UNREAD
-            if token is not _UNREAD and token == self._token:
-                self._confirmed_at = started
-                return True
-            # Changed, never read before, or unreadable: what was remembered
-            # before this read may be about state that is gone.
-            self._changed(token, started)
-            if token is not _UNREAD:
-                self._confirmed_at = started
-            return False
+            return self._confirmed(token, started)
         finally:
             self._checking.release()
+
+    async def aready(self) -> None:
+        """Before a decision on the event loop: read the reset token, awaited, when a
+        lookup would read it (:meth:`_confirm`), so that it does not block the loop.
+        Without entries, nothing (one attribute test)."""
+        if (
+            self._entries
+            and self.read_token is not None
+            and self.clock() - self._confirmed_at >= self.check_interval
+        ):
+            await self._aread(baseline=False)
+
+    async def abaseline(self) -> None:
+        """Before Redis's denial is remembered on the event loop: the baseline read of
+        :meth:`remember` (a first denial's), awaited."""
+        if self._token is _UNREAD and self.read_token is not None:
+            await self._aread(baseline=True)
+
+    async def _aread(self, *, baseline: bool) -> None:
+        if not self._checking.acquire(blocking=False):
+            return  # another reader: lookups ask Redis meanwhile
+        try:
+            started = self.clock()
+            self.token_reads += 1
+            try:
+                token: object = await reset_epoch.aread_token(reset_epoch.new_token())
+            except Exception:
+                if baseline:
+                    return
+                token = _UNREAD
+            if baseline:
+                self._changed(token, started)
+                self._confirmed_at = started
+            else:
+                self._confirmed(token, started)
+        finally:
+            self._checking.release()
+
+    def _confirmed(self, token: object, started: float) -> bool:
+        """Take the token read at ``started``; return whether the entries still hold."""
+        if token is not _UNREAD and token == self._token:
+            self._confirmed_at = started
+            return True
+        # Changed, never read before, or unreadable: what was remembered
+        # before this read may be about state that is gone.
+        self._changed(token, started)
+        if token is not _UNREAD:
+            self._confirmed_at = started
+        return False
 
     def forget(self, key: str) -> None:
         """Drop the entry of ``key``, if any (``Policy.reset`` calls this)."""

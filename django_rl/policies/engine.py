@@ -30,21 +30,22 @@ decided as usual. (The ``try`` costs nothing on the usual path.)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from django_rl.algorithms.base import new_tuple
+from django_rl.core.async_identities import aidentify
 from django_rl.core.decision import Decision
 from django_rl.core.recording import record, recorded
 from django_rl.core.switches import LIMITS
 from django_rl.leases import Lease, held
-from django_rl.policies import together
+from django_rl.policies import together, together_async
 from django_rl.policies.exempt import EXEMPTIONS
 from django_rl.policies.inline import InlineSpec
 from django_rl.policies.policy import Pending, Policy
 from django_rl.policies.registry import get_policy, inline_policy
-from django_rl.policies.reporting import report_requests
+from django_rl.policies.reporting import areport_requests, report_requests
 from django_rl.policies.shadow import SHADOW_ERRORS
 
 
@@ -134,6 +135,30 @@ class Limit:
         policy = get_policy(one) if type(one) is str else inline_policy(one)
         return decide_one(request, policy, self.cost, self.block)
 
+    async def adecide(self, request: Any) -> Verdict:
+        """:meth:`decide` on the event loop (async views): the same steps and Verdict.
+
+        The request's identities and per-plan rates are asked first
+        (:func:`aidentify`, ``PlanRates.arate_for``: built-in keys on the
+        loop, the project's sync callables in their thread), then decided by
+        the same steps, the round trip awaited.
+        """
+        if self.methods is not None and request.method not in self.methods:
+            return new_tuple(Verdict, ((), (), not_limited(request), NO_LEASES))
+        if EXEMPTIONS.on:  # EXEMPT (exempt.py), or decided by RULES' middleware already
+            known = _known(request, self)
+            if known is not None:
+                return known
+        one = self._one
+        if one is None:
+            decisions = await ahit_all(request, self.policies(), self.cost)
+            blocking = [d for d in decisions if d.denies] if self.block else []
+            return new_tuple(
+                Verdict, (decisions, blocking, record(request, decisions), held(decisions))
+            )
+        policy = get_policy(one) if type(one) is str else inline_policy(one)
+        return await adecide_one(request, policy, self.cost, self.block)
+
 
 def decide_one(request: Any, policy: Policy, cost: int = 1, block: bool = True) -> Verdict:
     """Decide ``request`` by ``policy`` alone and record it: :meth:`Limit.decide` for one policy.
@@ -145,6 +170,20 @@ def decide_one(request: Any, policy: Policy, cost: int = 1, block: bool = True) 
         decision = policy.hit_request(request, cost)
     except Exception as exc:
         decision = _left_out(policy, exc)
+    return _verdict_of_one(request, decision, block)
+
+
+async def adecide_one(request: Any, policy: Policy, cost: int = 1, block: bool = True) -> Verdict:
+    """:func:`decide_one` on the event loop (``Policy.ahit_request``)."""
+    try:
+        decision = await _ahit_request(request, policy, cost)
+    except Exception as exc:
+        decision = _left_out(policy, exc)
+    return _verdict_of_one(request, decision, block)
+
+
+def _verdict_of_one(request: Any, decision: Decision | None, block: bool) -> Verdict:
+    """Record one policy's Decision (``None``: none) on ``request``; return its Verdict."""
     if decision is None:
         return new_tuple(Verdict, ((), (), record(request, ()), NO_LEASES))
     decisions = (decision,)
@@ -154,6 +193,23 @@ def decide_one(request: Any, policy: Policy, cost: int = 1, block: bool = True) 
     if block and not decision.allowed and not decision.shadow:  # (Decision.denies)
         return new_tuple(Verdict, (decisions, decisions, every, taken))
     return new_tuple(Verdict, (decisions, (), every, taken))
+
+
+async def _ahit_request(request: Any, policy: Policy, cost: int) -> Decision | None:
+    if policy.limits_nothing:
+        return None
+    identity = await aidentify(policy.identify, request)
+    if identity is None:
+        return None
+    await _arates(request, policy)
+    return await policy.ahit_request(request, cost, identity=identity)
+
+
+async def _arates(request: Any, policy: Policy) -> None:
+    """Ask a per-plan policy's rate function for ``request`` on the loop (``arate_for``)."""
+    rates = policy.rates
+    if rates is not None:
+        await rates.arate_for(request)
 
 
 def _left_out(policy: Policy, exc: Exception) -> Decision | None:
@@ -178,6 +234,50 @@ def hit_all(request: Any, policies: Iterable[Policy], cost: int = 1) -> list[Dec
     return [decision for _, decision in _hit_weighted(request, [(p, cost) for p in policies])]
 
 
+async def ahit_all(request: Any, policies: Iterable[Policy], cost: int = 1) -> list[Decision]:
+    """:func:`hit_all` on the event loop: identities and rates asked first, then the same steps."""
+    weighted = [(p, cost) for p in policies]
+    return [decision for _, decision in await _ahit_weighted(request, weighted)]
+
+
+async def _ahit_weighted(
+    request: Any, weighted: Sequence[tuple[Policy, int]]
+) -> list[tuple[int, Decision]]:
+    """:func:`_hit_weighted` on the event loop (see :meth:`Limit.adecide`)."""
+    if len(weighted) == 1:
+        policy, cost = weighted[0]
+        try:
+            decision = await _ahit_request(request, policy, cost)
+        except Exception as exc:
+            decision = _left_out(policy, exc)
+        return [] if decision is None else [(0, decision)]
+    known: dict[Any, str | None] = {}
+    failed: set[int] = set()
+    for index, (policy, _) in enumerate(weighted):
+        if policy.limits_nothing:
+            continue
+        try:
+            identify = policy.identify
+            if identify not in known:
+                # (Noted once it returns, as on the sync path.)
+                known[identify] = await aidentify(identify, request)
+            if known[identify] is not None:
+                await _arates(request, policy)
+        except Exception as exc:
+            _left_out(policy, exc)  # (raises for an enforced policy)
+            failed.add(index)
+    for policy, _ in weighted:
+        await policy.aready()
+    hits, indexes, reported = _prepared_hits(request, weighted, known, failed)
+    if not hits:
+        return []
+    decided = await together_async.adecide(hits)
+    done = await areport_requests(
+        request, [(p, i, d) for (p, i), d in zip(reported, decided, strict=True)]
+    )
+    return list(zip(indexes, done, strict=True))
+
+
 def _hit_weighted(
     request: Any, weighted: Sequence[tuple[Policy, int]]
 ) -> list[tuple[int, Decision]]:
@@ -189,14 +289,34 @@ def _hit_weighted(
         except Exception as exc:
             decision = _left_out(policy, exc)
         return [] if decision is None else [(0, decision)]
+    hits, indexes, reported = _prepared_hits(request, weighted, {}, ())
+    if not hits:
+        return []
+    decided = together.decide(hits)
+    done = report_requests(
+        request, [(p, i, d) for (p, i), d in zip(reported, decided, strict=True)]
+    )
+    return list(zip(indexes, done, strict=True))
+
+
+def _prepared_hits(
+    request: Any,
+    weighted: Sequence[tuple[Policy, int]],
+    known: dict[Any, str | None],
+    failed: Container[int],
+) -> tuple[list[tuple[Policy, Pending | Decision]], list[int], list[tuple[Policy, str]]]:
+    """Each policy's hit prepared (``Policy.prepare_request``), with its index and identity.
+
+    ``known``: identities already found, by identity function; ``failed``: the
+    indexes of shadow policies already left out (the async path's, which asks first).
+    """
     indexes: list[int] = []
     reported: list[tuple[Policy, str]] = []
     hits: list[tuple[Policy, Pending | Decision]] = []
     # Policies of the same key share its function (identities.py): the
     # request is identified once per function, not once per policy.
-    known: dict[Any, str | None] = {}
     for index, (policy, cost) in enumerate(weighted):
-        if policy.limits_nothing:
+        if policy.limits_nothing or index in failed:
             continue  # rate None: applies to no request, never identifies one
         try:
             identify = policy.identify
@@ -215,13 +335,7 @@ def _hit_weighted(
             indexes.append(index)
             reported.append((policy, identity))
             hits.append((policy, made[1]))
-    if not hits:
-        return []
-    decided = together.decide(hits)
-    done = report_requests(
-        request, [(p, i, d) for (p, i), d in zip(reported, decided, strict=True)]
-    )
-    return list(zip(indexes, done, strict=True))
+    return hits, indexes, reported
 
 
 def hit_many(hits: Iterable[tuple[Policy | str, str, int]]) -> list[Decision]:
@@ -244,13 +358,40 @@ def hit_many(hits: Iterable[tuple[Policy | str, str, int]]) -> list[Decision]:
     :raises ConfigurationError: for a name that is not a valid policy.
     :raises ValueError: for a cost that is not a whole number from 1 to its limit.
     """
-    made: list[tuple[Policy, str, Pending | Decision]] = []
+    made = _prepared(hits)
+    if LIMITS.off:  # rate_limits_disabled: each a no-limit Decision, nothing counted
+        return [m for _, _, m in made]  # type: ignore[misc]  # Policy._decide made no Pending
+    return _reported(made, together.decide([(policy, m) for policy, _, m in made]))
+
+
+async def ahit_many(hits: Iterable[tuple[Policy | str, str, int]]) -> list[Decision]:
+    """:func:`hit_many`, awaited on the event loop: the same steps, scripts and Decisions.
+
+    :raises ConfigurationError: as :func:`hit_many`.
+    :raises ValueError: as :func:`hit_many`.
+    """
+    listed = list(hits)
+    for policy_or_name, _, _ in listed:
+        policy = get_policy(policy_or_name) if isinstance(policy_or_name, str) else policy_or_name
+        await policy.aready()
+    made = _prepared(listed)
+    if LIMITS.off:  # rate_limits_disabled: as hit_many
+        return [m for _, _, m in made]  # type: ignore[misc]  # Policy._decide made no Pending
+    return _reported(made, await together_async.adecide([(policy, m) for policy, _, m in made]))
+
+
+Prepared = list[tuple[Policy, str, "Pending | Decision"]]
+
+
+def _prepared(hits: Iterable[tuple[Policy | str, str, int]]) -> Prepared:
+    made: Prepared = []
     for policy_or_name, identity, cost in hits:
         policy = get_policy(policy_or_name) if isinstance(policy_or_name, str) else policy_or_name
         made.append((policy, identity, policy.prepare(identity, cost)))
-    if LIMITS.off:  # rate_limits_disabled: each a no-limit Decision, nothing counted
-        return [m for _, _, m in made]  # type: ignore[misc]  # Policy._decide made no Pending
-    decided = together.decide([(policy, m) for policy, _, m in made])
+    return made
+
+
+def _reported(made: Prepared, decided: list[Decision]) -> list[Decision]:
     return [
         policy.report(identity, decision)
         for (policy, identity, _), decision in zip(made, decided, strict=True)

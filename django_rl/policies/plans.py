@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction, sync_to_async
+
 from django_rl.algorithms import ALGORITHMS, Algorithm, fingerprint_text
 from django_rl.algorithms.windows import quota_window
 from django_rl.core.dotted import import_callable
@@ -125,6 +127,10 @@ def algorithm_at(spec: Mapping[str, Any], rate: object) -> Algorithm:
     return ALGORITHMS[spec["algorithm"]].from_spec({**spec, "rate": rate})
 
 
+#: The request attribute that keeps the rate functions' answers asked on the loop.
+ASKED_RATES = "_django_rl_rates"
+
+
 class PlanRates:
     """The rates of a per-plan policy: its rate function, and a variant per rate seen.
 
@@ -143,8 +149,32 @@ class PlanRates:
         self._warned = False
 
     def rate_for(self, request: Any) -> object:
-        """Return what the rate function says for ``request`` (a rate string or None, if sane)."""
+        """Return what the rate function says for ``request`` (a rate string or None, if sane).
+
+        An async front door asked it before the decision (:meth:`arate_for`):
+        that answer, kept on the request.
+        """
+        asked = getattr(request, ASKED_RATES, None)
+        if asked is not None and self.function in asked:
+            return asked[self.function]
         return self.function(request)
+
+    async def arate_for(self, request: Any) -> None:
+        """Ask the rate function for ``request`` on the event loop, for :meth:`rate_for`.
+
+        An ``async def`` rate function is awaited; a sync one runs in
+        ``sync_to_async`` (thread-sensitive). The answer is kept on the request.
+        """
+        function = self.function
+        if iscoroutinefunction(function):
+            rate = await function(request)
+        else:
+            rate = await sync_to_async(function, thread_sensitive=True)(request)
+        asked = getattr(request, ASKED_RATES, None)
+        if asked is None:
+            asked = {}
+            setattr(request, ASKED_RATES, asked)
+        asked[function] = rate
 
     def variant(self, rate: str) -> Variant:
         """Return the variant of ``rate``, built once per process.

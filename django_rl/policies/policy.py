@@ -28,17 +28,20 @@ import time
 from dataclasses import replace
 from typing import Any, NamedTuple
 
+from asgiref.sync import sync_to_async
 from redis.exceptions import RedisError
 
 from django_rl.algorithms import Outcome, StaticAlgorithm
+from django_rl.algorithms.base import apeek as apeek_algorithm
 from django_rl.algorithms.base import new_tuple
 from django_rl.algorithms.concurrency import Held
+from django_rl.backends.aio_node import arun, async_capable
 from django_rl.backends.given_time import given_ms
 from django_rl.core.decision import Decision
 from django_rl.core.keys import safe_identity, verbatim
 from django_rl.core.switches import LIMITS
 from django_rl.leases import Lease
-from django_rl.observability.denials import report_denial
+from django_rl.observability.denials import areport_denial, report_denial
 from django_rl.observability.history import RECORDER, field_of
 from django_rl.observability.metrics import count_decision, count_deny_cache_answer, metrics
 from django_rl.overrides.loader import rules_for
@@ -47,7 +50,7 @@ from django_rl.policies import outcomes
 from django_rl.policies.outcomes import DEGRADED_RETRY_AFTER
 from django_rl.policies.plans import Variant
 from django_rl.policies.reporting import shadowed
-from django_rl.policies.resetting import reset_identity
+from django_rl.policies.resetting import areset_identity, reset_identity
 from django_rl.policies.rollout import outside
 from django_rl.policies.shape import PolicyShape
 
@@ -135,6 +138,19 @@ class Policy(PolicyShape):
             made = outcomes.no_limit(self.name)
         return self.report(identity, made, also=also)  # type: ignore[arg-type]  # asked
 
+    async def ahit(self, identity: str, cost: int = 1, *, request: Any = None) -> Decision:
+        """:meth:`hit`, awaited on the event loop: the same steps (``_decide``), the same
+        Decision; only the round trip is awaited (:meth:`aask`). Raises what :meth:`hit` raises."""
+        await self.aready()
+        made = self._decide(identity, cost, request, None, self.rates is None, True)
+        if type(made) is Pending:
+            made = await self.aask(made)
+        if made is None:
+            if LIMITS.off:  # rate_limits_disabled: nothing counted, not even in the metrics
+                return outcomes.no_limit(self.name)
+            made = outcomes.no_limit(self.name)
+        return self.report(identity, made)  # type: ignore[arg-type]  # asked
+
     def prepare(self, identity: str, cost: int = 1, *, request: Any = None) -> Pending | Decision:
         """Return :meth:`hit` up to the round trip: the hit Redis must decide, or its Decision.
 
@@ -173,6 +189,23 @@ class Policy(PolicyShape):
         decision = self.report(identity, made)  # type: ignore[arg-type]  # asked
         if not decision.allowed:
             report_denial(request, self.name, identity, decision)
+        return decision
+
+    async def ahit_request(self, request: Any, cost: int = 1, *, identity: str) -> Decision | None:
+        """:meth:`hit_request`, awaited on the event loop, for an identity the caller found
+        (``engine.aidentify``: a key callable awaited, or run in its thread); the same
+        steps (:meth:`prepare_request`, :meth:`aask`, :meth:`report`), a denial reported
+        by ``areport_denial`` (``Signal.asend_robust``)."""
+        await self.aready()
+        prepared = self.prepare_request(request, cost, identity=identity)
+        if prepared is None:
+            return None
+        identity, made = prepared
+        if type(made) is Pending:
+            made = await self.aask(made)
+        decision = self.report(identity, made)  # type: ignore[arg-type]  # asked
+        if not decision.allowed:
+            await areport_denial(request, self.name, identity, decision)
         return decision
 
     def prepare_request(
@@ -317,6 +350,38 @@ class Policy(PolicyShape):
             return self.unanswered(pending)
         return self.answered(pending, outcome)
 
+    async def aask(self, pending: Pending) -> Decision:
+        """:meth:`ask`, awaited on the event loop (``backends/aio_node.py``)."""
+        if not async_capable(self.backend):
+            # (A backend without an async path: its sync one, off the loop.)
+            return await sync_to_async(self.ask, thread_sensitive=False)(pending)
+        measured = metrics()
+        began = time.perf_counter()
+        try:
+            outcome = await arun(
+                self.backend, pending.key, pending.variant.algorithm.ahit, pending.cost
+            )
+        except RedisError:
+            return self.unanswered(pending)
+        if measured is not None:
+            measured.pending.observe(time.perf_counter() - began)
+        await self.abefore_answer(pending, outcome)
+        return self.answered(pending, outcome)
+
+    async def abefore_answer(self, pending: Pending, outcome: Outcome) -> None:
+        """Make, awaited, the round trips :meth:`answered` would make blocking: the deny
+        cache's first read of the reset token, a per-plan rate's catalogue entry."""
+        if self.denials is not None and pending.asked_at and not outcome[0]:
+            await self.denials.abaseline()
+        if self._catalogue is not None:
+            await self._catalogue.arecord_if_due(pending.variant)
+
+    async def aready(self) -> None:
+        """Before :meth:`_decide` on the event loop: the deny cache's reset token read,
+        awaited, when its lookups would read it (``DenyCache.aready``)."""
+        if self.denials is not None and not LIMITS.off:
+            await self.denials.aready()
+
     def answered(self, pending: Pending, outcome: Outcome, *, counted: bool = True) -> Decision:
         """Return the Decision of Redis's ``outcome`` for ``pending``.
 
@@ -392,29 +457,56 @@ class Policy(PolicyShape):
 
         :raises TypeError: for a per-plan policy without ``request``.
         """
+        selected = self._peek_selected(identity, request)
+        if type(selected) is Variant:
+            key = self.variant_key(selected, identity)
+            try:
+                outcome = self.backend.run(key, selected.algorithm.peek)
+            except RedisError:
+                outcome = None
+            selected = self._peeked(selected, identity, outcome)
+        return self._peek_marked(identity, selected)  # type: ignore[arg-type]  # a Decision
+
+    async def apeek(self, identity: str, *, request: Any = None) -> Decision:
+        """:meth:`peek`, awaited on the event loop: the same steps and commands."""
+        selected = self._peek_selected(identity, request)
+        if type(selected) is Variant:
+            key = self.variant_key(selected, identity)
+            try:
+                if async_capable(self.backend):
+                    outcome = await arun(self.backend, key, apeek_algorithm, selected.algorithm)
+                else:
+                    outcome = await sync_to_async(self.backend.run, thread_sensitive=False)(
+                        key, selected.algorithm.peek
+                    )
+            except RedisError:
+                outcome = None
+            selected = self._peeked(selected, identity, outcome)
+        return self._peek_marked(identity, selected)  # type: ignore[arg-type]  # a Decision
+
+    def _peek_selected(self, identity: str, request: Any) -> Variant | Decision:
+        """:meth:`peek`'s step 1: the Decision made without Redis, or the Variant to read."""
         if LIMITS.off:
             return outcomes.no_limit(self.name)
         selected = self._select(identity, request, None, "peek")
         if selected is None:
-            decision = outcomes.no_limit(self.name)
-        elif type(selected) is not Variant:
-            decision = selected  # type: ignore[assignment]  # a block's Decision
-        elif isinstance(selected.algorithm, StaticAlgorithm):
-            decision = outcomes.static(self.name, selected, 1)
-        else:
-            decision = self._peek_redis(selected, identity)
+            return outcomes.no_limit(self.name)
+        if type(selected) is Variant and isinstance(selected.algorithm, StaticAlgorithm):
+            return outcomes.static(self.name, selected, 1)
+        return selected
+
+    def _peek_marked(self, identity: str, decision: Decision) -> Decision:
         if self.shadow or (self.partial and outside(self, identity)):
             return shadowed(self.name, identity, decision)
         return decision
 
-    def _peek_redis(self, variant: Variant, identity: str) -> Decision:
-        key = self.variant_key(variant, identity)
-        try:
-            allowed, remaining, retry_ms, reset_ms = self.backend.run(key, variant.algorithm.peek)
-        except RedisError:
+    def _peeked(self, variant: Variant, identity: str, outcome: Outcome | None) -> Decision:
+        """The Decision of a look's ``outcome`` (``None``: Redis could not answer)."""
+        if outcome is None:
             if self.fallback is not None:
                 return self.fallback.peek(identity)
             return outcomes.degraded(self.name, variant, self.fail_open)
+        allowed, remaining, retry_ms, reset_ms = outcome
         return Decision(
             allowed, variant.limit, remaining, retry_ms / 1000, reset_ms / 1000, self.name,
             False, variant.window,
@@ -433,3 +525,8 @@ class Policy(PolicyShape):
         :raises BackendError: if Redis cannot answer.
         """
         return reset_identity(self, identity)
+
+    async def areset(self, identity: str) -> int:
+        """:meth:`reset`, awaited on the event loop: the same keys deleted, the same
+        local state forgotten, a new reset token. Raises what :meth:`reset` raises."""
+        return await areset_identity(self, identity)

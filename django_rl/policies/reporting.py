@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from django_rl.core.decision import Decision
-from django_rl.observability.denials import report_denial
+from django_rl.observability.denials import areport_denial, report_denial
 from django_rl.observability.history import RECORDER, field_of
 from django_rl.observability.metrics import count_decisions
 from django_rl.overrides.loader import rules_for
@@ -50,6 +50,26 @@ def report_requests(
     of several policies: counted in the metrics and the history together
     (one lock each, one clock read), then each denial reported.
     """
+    decisions = _counted(reported)
+    for (policy, identity, _), decision in zip(reported, decisions, strict=True):
+        if not decision.allowed:
+            report_denial(request, policy.name, identity, decision)
+    return decisions
+
+
+async def areport_requests(
+    request: Any, reported: Sequence[tuple[Policy, str, Decision]]
+) -> list[Decision]:
+    """:func:`report_requests` on the event loop (denials: ``areport_denial``)."""
+    decisions = _counted(reported)
+    for (policy, identity, _), decision in zip(reported, decisions, strict=True):
+        if not decision.allowed:
+            await areport_denial(request, policy.name, identity, decision)
+    return decisions
+
+
+def _counted(reported: Sequence[tuple[Policy, str, Decision]]) -> list[Decision]:
+    """Return the Decisions marked for shadow mode, counted in the metrics and history."""
     decisions = [
         shadowed(policy.name, identity, decision)
         if policy.shadow or (policy.partial and outside(policy, identity))  # (rollout.py)
@@ -65,7 +85,4 @@ def report_requests(
             for (policy, identity, _), d in zip(reported, decisions, strict=True)
         ]
     )
-    for (policy, identity, _), decision in zip(reported, decisions, strict=True):
-        if not decision.allowed:
-            report_denial(request, policy.name, identity, decision)
     return decisions

@@ -35,7 +35,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from asgiref.sync import sync_to_async
+
 from django_rl.backends import LuaScript, RedisNode, get_backend
+from django_rl.backends.aio_node import aeval, arun, async_capable, connection
 from django_rl.conf import get_settings
 
 #: Seconds a process trusts its deny cache after reading the token: the bound.
@@ -62,6 +65,25 @@ def read_token(fresh: str) -> bytes:
     return token
 
 
+async def aread_token(fresh: str) -> bytes:
+    """:func:`read_token` on the event loop (the same script, awaited).
+
+    :raises redis.exceptions.RedisError: if Redis cannot answer.
+    """
+    settings = get_settings()
+    key = token_key(settings.key_prefix)
+    backend = get_backend(settings.connection)
+    if not async_capable(backend):
+        token: bytes = await sync_to_async(read_token, thread_sensitive=False)(fresh)
+        return token
+    token = await arun(backend, key, _aread_or_write, fresh)
+    return token
+
+
+async def _aread_or_write(node: RedisNode, key: str, fresh: str) -> Any:
+    return await aeval(node, SCRIPT, [key], [fresh, TOKEN_TTL_MS])
+
+
 def new_token() -> str:
     """Return a random token, unlike any other."""
     return uuid.uuid4().hex
@@ -76,6 +98,24 @@ def bump() -> None:
     get_backend(settings.connection).run(token_key(settings.key_prefix), _write)
 
 
+async def abump() -> None:
+    """:func:`bump`, awaited on the event loop (the same SET).
+
+    :raises redis.exceptions.RedisError: if Redis cannot answer.
+    """
+    settings = get_settings()
+    backend = get_backend(settings.connection)
+    if async_capable(backend):
+        await arun(backend, token_key(settings.key_prefix), _awrite)
+    else:
+        await sync_to_async(bump, thread_sensitive=False)()
+
+
+async def _awrite(node: RedisNode, key: str) -> None:
+    async with connection(node) as client:
+        await client.set(key, new_token(), px=TOKEN_TTL_MS)
+
+
 def _read_or_write(node: RedisNode, key: str, fresh: str) -> Any:
     return SCRIPT(node.client, [key], [fresh, TOKEN_TTL_MS])
 
@@ -84,4 +124,13 @@ def _write(node: RedisNode, key: str) -> None:
     node.client.set(key, new_token(), px=TOKEN_TTL_MS)
 
 
-__all__ = ["CHECK_INTERVAL", "TOKEN_TTL_MS", "bump", "new_token", "read_token", "token_key"]
+__all__ = [
+    "CHECK_INTERVAL",
+    "TOKEN_TTL_MS",
+    "abump",
+    "aread_token",
+    "bump",
+    "new_token",
+    "read_token",
+    "token_key",
+]

@@ -24,7 +24,7 @@ not use up its ``daily`` quota.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
@@ -93,7 +93,20 @@ def decide(made: Sequence[tuple[Policy, Pending | Decision]]) -> list[Decision]:
         answers = {merged[0].key: merged[0].policy.ask(merged[0])}
     else:
         answers = _decide_merged(merged, count=not vetoed)
+    return _in_order(made, answers)
+
+
+def _in_order(
+    made: Sequence[tuple[Policy, Pending | Decision]], answers: dict[str, Decision]
+) -> list[Decision]:
     return [answers[m.key] if type(m) is Pending else m for _, m in made]  # type: ignore[misc]
+
+
+def _one_slot(merged: list[Pending]) -> bool:
+    first = merged[0]
+    backend = first.policy.backend
+    slot = backend.slot_of(first.key)
+    return all(hit.policy.backend is backend and backend.slot_of(hit.key) == slot for hit in merged)
 
 
 def _merge(pending: list[Pending]) -> list[Pending]:
@@ -108,24 +121,24 @@ def _merge(pending: list[Pending]) -> list[Pending]:
 
 
 def _decide_merged(merged: list[Pending], *, count: bool) -> dict[str, Decision]:
-    first = merged[0]
-    backend = first.policy.backend
-    slot = backend.slot_of(first.key)
-    for hit in merged:
-        if hit.policy.backend is not backend or backend.slot_of(hit.key) != slot:
-            break
-    else:  # one slot (one server, Sentinel's primary, one identity on a cluster): one script
+    if _one_slot(merged):  # one server, Sentinel's primary, one identity on a cluster: one script
         return _decide_group(merged, count=count)
+    groups = by_slot(merged)
+    if not count:
+        answers: dict[str, Decision] = {}
+        for group in groups:
+            answers.update(_decide_group(group, count=count))
+        return answers
+    return _decide_across(groups)
+
+
+def by_slot(merged: list[Pending]) -> list[list[Pending]]:
+    """Return ``merged`` in groups of one backend and hash slot, in order of first seen."""
     groups: dict[tuple[int, int], list[Pending]] = {}
     for hit in merged:
         backend = hit.policy.backend
         groups.setdefault((id(backend), backend.slot_of(hit.key)), []).append(hit)
-    if not count:
-        answers: dict[str, Decision] = {}
-        for group in groups.values():
-            answers.update(_decide_group(group, count=count))
-        return answers
-    return _decide_across(list(groups.values()))
+    return list(groups.values())
 
 
 def _decide_group(group: list[Pending], *, count: bool) -> dict[str, Decision]:
@@ -184,11 +197,29 @@ def run_script(node: RedisNode, first_key: str, group: Sequence[Pending], count:
 
     :raises ClockError: if ``fixed_window``'s window is missed :data:`MAX_ATTEMPTS` times.
     """
+    steps = _script_steps(node, group, count)
+    try:
+        exchange = next(steps)
+        while True:
+            exchange = steps.send(SCRIPT.run(node.client, *exchange))
+    except StopIteration as done:
+        call: _Call = done.value
+        return call
+
+
+Exchange = tuple[list[str], tuple[str, str], list[tuple[int | str, ...]]]
+
+
+def _script_steps(
+    node: RedisNode, group: Sequence[Pending], count: bool
+) -> Generator[Exchange, Any, _Call]:
+    """:func:`run_script`'s steps: each yields ``together.lua``'s KEYS, ARGV's head and
+    segments, and is sent its reply; the drivers only make the exchange."""
     for attempt in range(MAX_ATTEMPTS):
         time_argument = node.script_time()
         entries = [hit.variant.algorithm.script_entry(node, hit.key) for hit in group]
         sent = time.monotonic()
-        reply = SCRIPT.run(node.client, *_segments(group, entries, time_argument, count))
+        reply = yield _segments(group, entries, time_argument, count)
         received = time.monotonic()
         outcomes = [
             hit.variant.algorithm.script_outcome(node, answer, sent, received)
@@ -242,15 +273,27 @@ def _segments(
 
 def refund(node: RedisNode, first_key: str, call: _Call) -> list[Outcome]:
     """Take back what ``call`` counted (``refund.lua``); return each hit's outcome after."""
+    keys, argv = refund_arguments(node, call)
+    sent = time.monotonic()
+    replies = REFUND.run(node.client, keys, argv)
+    return refunded(node, call, replies, sent, time.monotonic())
+
+
+def refund_arguments(node: RedisNode, call: _Call) -> tuple[list[str], list[int | str]]:
+    """Return ``refund.lua``'s KEYS and ARGV for ``call``."""
     keys: list[str] = []
     argv: list[int | str] = [node.script_time(), call.now]
     for hit, (hit_keys, parameters), done in zip(call.group, call.sent, call.replies, strict=True):
         keys += hit_keys
         argv += (hit.variant.algorithm.name, len(hit_keys), len(parameters), len(done), hit.cost)
         argv += (*parameters, *done)
-    sent = time.monotonic()
-    replies = REFUND.run(node.client, keys, argv)
-    received = time.monotonic()
+    return keys, argv
+
+
+def refunded(
+    node: RedisNode, call: _Call, replies: Sequence[Any], sent: float, received: float
+) -> list[Outcome]:
+    """Return each hit's outcome after ``refund.lua`` answered ``replies``."""
     outcomes = []
     for hit, reply in zip(call.group, replies, strict=True):
         outcome = hit.variant.algorithm.script_outcome(node, reply, sent, received)
@@ -278,16 +321,47 @@ def _decide_across(groups: list[list[Pending]]) -> dict[str, Decision]:
     them denies (``FAIL_OPEN`` False, a fallback at its limit), the request
     is denied and the reservations are refunded as above.
     """
+    steps = across_steps(groups)
+    try:
+        step = next(steps)
+        while True:
+            kind, argument = step
+            if kind == "look":
+                step = steps.send(_decide_group(argument, count=False))
+                continue
+            try:
+                if kind == "count":
+                    result: Any = _call(argument, count=True)
+                else:  # "refund"
+                    first = argument.group[0]
+                    result = first.policy.backend.run(first.key, refund, argument)
+            except RedisError as exc:
+                result = exc
+            step = steps.send(result)
+    except StopIteration as done:
+        answers: dict[str, Decision] = done.value
+        return answers
+
+
+#: A step of :func:`across_steps`: ``("look", group)`` (sent its Decisions by
+#: key), ``("count", group)`` (sent its ``_Call``), ``("refund", call)`` (sent
+#: the outcomes); a ``RedisError`` is sent in place of a call's or a refund's answer.
+AcrossStep = tuple[str, Any]
+
+
+def across_steps(
+    groups: list[list[Pending]],
+) -> Generator[AcrossStep, Any, dict[str, Decision]]:
+    """:func:`_decide_across`'s steps; the sync and the async driver make the exchanges."""
     answers: dict[str, Decision] = {}
     reserved: list[_Call] = []
     denied = False
     for group in groups:
         if denied:
-            answers.update(_decide_group(group, count=False))
+            answers.update((yield "look", group))
             continue
-        try:
-            call = _call(group, count=True)
-        except RedisError:
+        call = yield "count", group
+        if isinstance(call, RedisError):
             degraded = {hit.key: hit.policy.unanswered(hit) for hit in group}
             answers.update(degraded)
             denied = any(not degraded[hit.key].allowed and not _shadow(hit) for hit in group)
@@ -300,10 +374,8 @@ def _decide_across(groups: list[list[Pending]]) -> dict[str, Decision]:
             answers.update(call.answers(counted=False))
     if denied:
         for call in reserved:
-            first = call.group[0]
-            try:
-                outcomes = first.policy.backend.run(first.key, refund, call)
-            except RedisError:
+            outcomes = yield "refund", call
+            if isinstance(outcomes, RedisError):
                 continue  # left counted: never over the limit
             for hit, outcome in zip(call.group, outcomes, strict=True):
                 answers[hit.key] = hit.policy.answered(hit, outcome, counted=False)

@@ -128,3 +128,43 @@ def test_a_full_pool_is_told_from_an_outage(redis_server):
     assert pool_full(raised.value)
     if VERSION >= (5, 1):
         assert redis_py.MAX_CONNECTIONS is redis.exceptions.MaxConnectionsError
+
+
+def test_reply_reader_reads_as_redis_pys_hiredis_parser() -> None:
+    from redis.exceptions import MovedError, NoScriptError, ResponseError
+
+    from django_rl.backends.redis_py import reply_reader
+
+    reader = reply_reader()
+    reader.feed(b"-NOSCRIPT No matching script.\r\n-MOVED 3999 127.0.0.1:6381\r\n")
+    reader.feed(b"-ERR boom\r\n:7\r\n*2\r\n$1\r\na\r\n:1\r\n")
+    noscript, moved, error, number, array = (reader.gets() for _ in range(5))
+    assert isinstance(noscript, NoScriptError)
+    assert isinstance(moved, MovedError) and (moved.slot_id, moved.port) == (3999, 6381)
+    assert type(error) is ResponseError and str(error).endswith("boom")
+    assert (number, array) == (7, [b"a", 1])
+    assert reader.gets() is False
+
+
+def test_abandon_async_pool_closes_a_closed_loops_sockets(redis_server) -> None:
+    import asyncio
+    import gc
+    import warnings
+
+    import redis.asyncio
+
+    from django_rl.backends.redis_py import abandon_async_pool
+
+    loop = asyncio.new_event_loop()
+    client = redis.asyncio.Redis.from_url(redis_server.url)
+    loop.run_until_complete(client.ping())
+    (connection,) = client.connection_pool._available_connections
+    sock = connection._writer.transport.get_extra_info("socket")
+    loop.close()
+    abandon_async_pool(client.connection_pool)
+    assert sock.fileno() == -1
+    assert connection._writer is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        del client, connection
+        gc.collect()

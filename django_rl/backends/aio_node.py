@@ -1,0 +1,318 @@
+"""A node's operations awaited on the event loop: the async twin of ``RedisNode.run``.
+
+The exchange alone is async: what is sent and how a reply is read stay the
+algorithms' and the scripts' own, and every state is the node's, shared
+with the sync path (its ``Health``, its capabilities, its clock: see
+``aio_pools.py`` for the connections). Before an operation, what the sync
+path would learn with a blocking call on first use (the server's
+capabilities, a due reading of its clock) is learned here with an awaited
+one, so the operation itself never blocks the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+
+from asgiref.sync import sync_to_async
+from redis.asyncio import Redis
+from redis.exceptions import (
+    AskError,
+    MovedError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
+
+from django_rl.backends.aio_pools import async_client, async_pipe, turnstile
+from django_rl.backends.capabilities import UNKNOWN, from_hello, from_server_info
+from django_rl.backends.connections import PoolExhausted
+from django_rl.backends.resp import Transaction
+from django_rl.backends.resp import command as encode_command
+from django_rl.backends.scripts import LuaScript
+
+_MULTI, _EXEC = encode_command(("MULTI",)), encode_command(("EXEC",))
+
+if TYPE_CHECKING:
+    from django_rl.backends.base import Backend
+    from django_rl.backends.node import RedisNode
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+AsyncOperation = Callable[Concatenate["RedisNode", str, P], Awaitable[T]]
+
+#: The node generation each loop's client was last used in (``RedisNode.replace_connections``).
+_generations: weakref.WeakKeyDictionary[Redis, int] = weakref.WeakKeyDictionary()
+
+
+async def arun(
+    backend: Backend,
+    key: str,
+    operation: Callable[Concatenate[RedisNode, str, P], Awaitable[T]],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T:
+    """Await ``operation(node, key, *args)`` on the node that owns ``key``; note its health.
+
+    As ``RedisNode.run``: a failure is recorded on the node (one log line per
+    outage, connections replaced after errors that make them suspect), a
+    success ends an outage.
+
+    On a cluster, as ``ClusterBackend.run``: the node that owns the key's
+    slot; ``MOVED`` followed at once (the table read again in the
+    background); ``ASK`` and ``TRYAGAIN`` (a slot on the move) asked again
+    of the slot's owner after ``TRYAGAIN_PAUSE``; at most ``MAX_REDIRECTS``.
+
+    :raises redis.exceptions.RedisError: if Redis cannot answer.
+    """
+    from django_rl.backends.node import RedisNode
+
+    if isinstance(backend, RedisNode):
+        return await _on_node(backend, key, operation, *args, **kwargs)
+    from django_rl.backends.cluster import MAX_REDIRECTS, TRYAGAIN_PAUSE, ClusterBackend
+
+    assert isinstance(backend, ClusterBackend)
+    if backend._table is None:
+        # The first read of the slot table (then kept, and read again in the
+        # background): once per process and alias, off the loop.
+        await sync_to_async(backend.nodes, thread_sensitive=False)()
+    node: RedisNode = backend.node_for(key)
+    failure: RedisError | None = None
+    for _ in range(MAX_REDIRECTS):
+        try:
+            return await _on_node(node, key, operation, *args, **kwargs)
+        except MovedError as exc:
+            failure, node = exc, backend._moved(exc)
+        except (AskError, TryAgainError) as exc:
+            failure = exc
+            await asyncio.sleep(TRYAGAIN_PAUSE)
+            node = backend.node_for(key)
+    assert failure is not None
+    node.health.answered_with_error(failure, "migrating")
+    raise failure
+
+
+async def _on_node(
+    node: RedisNode,
+    key: str,
+    operation: Callable[Concatenate[RedisNode, str, P], Awaitable[T]],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T:
+    health = node.health
+    epoch = health.epoch
+    try:
+        await ready(node)
+        result = await operation(node, key, *args, **kwargs)
+    except RedisError as exc:
+        node.record_failure(exc, epoch)
+        raise
+    if health.down or health._replies_seen:
+        node.record_success(epoch)
+    return result
+
+
+def async_capable(backend: Backend) -> bool:
+    """Return whether ``backend`` has an async path (one server, Sentinel's primary, a cluster)."""
+    from django_rl.backends.cluster import ClusterBackend
+    from django_rl.backends.node import RedisNode
+
+    return isinstance(backend, (RedisNode, ClusterBackend))
+
+
+@contextlib.asynccontextmanager
+async def connection(node: RedisNode) -> AsyncIterator[Redis]:
+    """The loop's client of ``node``, for one exchange; waits while the pool's size is in use.
+
+    :raises PoolExhausted: after the socket timeout's wait (as the sync path's thread).
+    """
+    client = await client_of(node)
+    gate, wait = turnstile(client)
+    if not gate.locked():
+        await gate.acquire()  # (free: no wait, no task)
+    else:
+        try:
+            await asyncio.wait_for(gate.acquire(), wait)
+        except asyncio.TimeoutError:
+            raise PoolExhausted(
+                f"no connection of the pool came free within {wait} s (async decisions)"
+            ) from None
+    try:
+        yield client
+    finally:
+        gate.release()
+
+
+async def client_of(node: RedisNode) -> Redis:
+    """Return the loop's client of ``node``, its idle connections replaced after a suspect error."""
+    client = await async_client(node)
+    generation = node._generation
+    seen = _generations.get(client)
+    if seen != generation:  # (set only then: a weak key made per call costs)
+        if seen is not None:
+            await client.connection_pool.disconnect(inuse_connections=False)
+        _generations[client] = generation
+    return client
+
+
+async def ready(node: RedisNode) -> None:
+    """Learn, awaited, what the operation would otherwise learn blocking (see the module).
+
+    Once per loop and node at a time: the loop's other decisions wait for
+    that learning (as the sync path's threads wait for one thread's), so an
+    outage's end does not start one round trip per decision in flight.
+    """
+    if node._capabilities.known is None or (not node.app_clock and node.clock.due()):
+        key = (id(asyncio.get_running_loop()), id(node))
+        learning = _learning.get(key)
+        if learning is not None:
+            await asyncio.shield(learning)
+            return
+        learning = _learning[key] = asyncio.get_running_loop().create_future()
+        try:
+            await _learn(node)
+        except BaseException as exc:
+            learning.set_exception(exc)
+            learning.exception()  # (retrieved: the waiters, if any, raise it)
+            raise
+        finally:
+            del _learning[key]
+        learning.set_result(None)
+
+
+#: The learnings under way, by (loop, node).
+_learning: dict[tuple[int, int], asyncio.Future[None]] = {}
+
+
+async def _learn(node: RedisNode) -> None:
+    learned = node._capabilities
+    if learned.known is None:
+        learned.settle(await _detect(node))
+    clock = node.clock
+    if not node.app_clock and clock.due():
+        sent = time.monotonic()
+        seconds, microseconds = await _ask(node, ("TIME",))
+        clock.measured(int(seconds), int(microseconds), sent, time.monotonic())
+
+
+async def _ask(node: RedisNode, asked: tuple[str, ...]) -> Any:
+    """Send one command; return its reply, redis-py's error raised (the pipe if any)."""
+    pipe = await async_pipe(node)
+    if pipe is not None:
+        (reply,) = await pipe.exchange(encode_command(asked), 1)
+        if isinstance(reply, ResponseError):
+            raise reply
+        return reply
+    async with connection(node) as client:
+        return await client.execute_command(*asked)  # type: ignore[no-untyped-call]
+
+
+async def _detect(node: RedisNode) -> Any:
+    """``capabilities.detect``, awaited: ``HELLO``, else ``INFO server``, else unknown."""
+    try:
+        found = from_hello(await _ask(node, ("HELLO",)))
+        if found is not None:
+            return found
+    except ResponseError:
+        pass
+    try:
+        async with connection(node) as client:
+            info = await client.info("server")
+    except ResponseError:
+        return UNKNOWN
+    return from_server_info(info) if isinstance(info, dict) else UNKNOWN
+
+
+async def aeval(
+    node: RedisNode, script: LuaScript, keys: Sequence[str], args: Sequence[Any]
+) -> Any:
+    """Run ``script`` as ``LuaScript.__call__`` does (EVALSHA, EVAL on NOSCRIPT), awaited.
+
+    On the loop's auto-pipelined connection where the node has one
+    (``aio_pipe.py``): the EVALSHA ``LuaScript.encoded`` makes.
+    """
+    pipe = await async_pipe(node)
+    if pipe is not None:
+        (reply,) = await pipe.exchange(script.encoded(keys, args), 1)
+        if isinstance(reply, NoScriptError):
+            eval_command = encode_command(("EVAL", script.source, len(keys), *keys, *args))
+            (reply,) = await pipe.exchange(eval_command, 1)
+        if isinstance(reply, ResponseError):
+            raise reply
+        return reply
+    async with connection(node) as client:
+        try:
+            return await client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await client.eval(script.source, len(keys), *keys, *args)
+
+
+async def atransaction(node: RedisNode, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """Run ``commands`` in one MULTI/EXEC (one write); return their replies.
+
+    :raises redis.exceptions.RedisError: for an error reply, as the sync path's
+        ``transaction_replies``.
+    """
+    short = await async_pipe(node)
+    if short is not None:
+        encoded = b"".join([_MULTI, *(encode_command(c) for c in commands), _EXEC])
+        return _executed(await short.exchange(encoded, len(commands) + 2))
+    async with connection(node) as client:
+        pipe = client.pipeline(transaction=True)
+        for command in commands:
+            pipe.execute_command(*command)
+        replies: list[Any] = await pipe.execute()
+    return replies
+
+
+async def arun_transaction(
+    node: RedisNode, transaction: Transaction, key: str, values: tuple[Any, ...]
+) -> list[Any]:
+    """:func:`atransaction` of ``transaction`` with ``values`` in its slots (its own bytes on
+    the auto-pipelined connection, as ``KeptConnectionClient.run_transaction``)."""
+    short = await async_pipe(node)
+    if short is None:
+        return await atransaction(node, transaction.filled(key, values))
+    count = len(transaction.commands) + 2
+    return _executed(await short.exchange(transaction.encode(key, values), count))
+
+
+def _executed(answered: list[Any]) -> list[Any]:
+    """Return EXEC's replies from a MULTI/EXEC's ``answered``; raise its first error."""
+    done = answered[-1]
+    if isinstance(done, ResponseError):  # EXECABORT: the first refusal says why
+        refused = (r for r in answered if isinstance(r, ResponseError) and r is not done)
+        raise next(refused, done)
+    for reply in done:
+        if isinstance(reply, ResponseError):
+            raise reply
+    return list(done)
+
+
+async def apipeline(node: RedisNode, queue: Callable[[Any], T]) -> tuple[T, list[Any]]:
+    """``RedisNode.pipeline``, awaited: the commands ``queue`` puts on a pipeline, one round trip.
+
+    NOSCRIPT inside it: every script is loaded and the commands sent again
+    (reads, or writes that may run twice), as ``scripts.replies_with_scripts``.
+    """
+    async with connection(node) as client:
+        pipe = client.pipeline(transaction=False)
+        queued = queue(pipe)
+        commands = list(pipe.command_stack)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+        if any(isinstance(reply, NoScriptError) for reply in replies):
+            for script in LuaScript.instances:
+                await client.script_load(script.source)
+            pipe = client.pipeline(transaction=False)
+            pipe.command_stack.extend(commands)
+            replies = await pipe.execute(raise_on_error=False)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return queued, replies
