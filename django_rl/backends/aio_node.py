@@ -206,7 +206,7 @@ async def _ask(node: RedisNode, asked: tuple[str, ...]) -> Any:
     pipe = await async_pipe(node)
     if pipe is not None:
         (reply,) = await pipe.exchange(encode_command(asked), 1)
-        if isinstance(reply, ResponseError):
+        if isinstance(reply, RedisError):
             raise reply
         return reply
     async with connection(node) as client:
@@ -243,7 +243,7 @@ async def aeval(
         if isinstance(reply, NoScriptError):
             eval_command = encode_command(("EVAL", script.source, len(keys), *keys, *args))
             (reply,) = await pipe.exchange(eval_command, 1)
-        if isinstance(reply, ResponseError):
+        if isinstance(reply, RedisError):
             raise reply
         return reply
     async with connection(node) as client:
@@ -286,11 +286,11 @@ async def arun_transaction(
 def _executed(answered: list[Any]) -> list[Any]:
     """Return EXEC's replies from a MULTI/EXEC's ``answered``; raise its first error."""
     done = answered[-1]
-    if isinstance(done, ResponseError):  # EXECABORT: the first refusal says why
-        refused = (r for r in answered if isinstance(r, ResponseError) and r is not done)
+    if isinstance(done, RedisError):  # EXECABORT: the first refusal says why
+        refused = (r for r in answered if isinstance(r, RedisError) and r is not done)
         raise next(refused, done)
     for reply in done:
-        if isinstance(reply, ResponseError):
+        if isinstance(reply, RedisError):
             raise reply
     return list(done)
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from redis import connection as sync_connection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_rl.backends.redis_py import reply_reader
@@ -237,7 +237,7 @@ async def open_pipe(kwargs: dict[str, Any]) -> Pipe:
     if hello:
         replies = await pipe.exchange(b"".join(command(c) for c in hello), len(hello))
         for reply in replies:
-            if isinstance(reply, ResponseError):
+            if isinstance(reply, RedisError):
                 pipe.close()
                 raise reply
     return pipe

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from redis.exceptions import RedisError
@@ -48,6 +48,7 @@ from django_rl.overrides.loader import rules_for
 from django_rl.overrides.rules import BLOCK, EXEMPT
 from django_rl.policies import outcomes
 from django_rl.policies.outcomes import DEGRADED_RETRY_AFTER
+from django_rl.policies.pending import Pending
 from django_rl.policies.plans import Variant
 from django_rl.policies.reporting import shadowed
 from django_rl.policies.resetting import areset_identity, reset_identity
@@ -55,21 +56,6 @@ from django_rl.policies.rollout import outside
 from django_rl.policies.shape import PolicyShape
 
 __all__ = ["DEGRADED_RETRY_AFTER", "Pending", "Policy"]
-
-
-class Pending(NamedTuple):
-    """A hit that only Redis can decide: what a policy needs to ask and to read the answer.
-
-    :ivar key: the identity's base key at ``variant``.
-    :ivar asked_at: the deny cache's clock when it was made (0.0 without one).
-    """
-
-    policy: Policy
-    variant: Variant
-    identity: str
-    key: str
-    cost: int
-    asked_at: float
 
 
 class Policy(PolicyShape):
@@ -139,8 +125,7 @@ class Policy(PolicyShape):
         return self.report(identity, made, also=also)  # type: ignore[arg-type]  # asked
 
     async def ahit(self, identity: str, cost: int = 1, *, request: Any = None) -> Decision:
-        """:meth:`hit`, awaited on the event loop: the same steps (``_decide``), the same
-        Decision; only the round trip is awaited (:meth:`aask`). Raises what :meth:`hit` raises."""
+        """:meth:`hit` on the event loop: ``_decide``'s steps, the round trip awaited (``aask``)."""
         await self.aready()
         made = self._decide(identity, cost, request, None, self.rates is None, True)
         if type(made) is Pending:
@@ -192,10 +177,8 @@ class Policy(PolicyShape):
         return decision
 
     async def ahit_request(self, request: Any, cost: int = 1, *, identity: str) -> Decision | None:
-        """:meth:`hit_request`, awaited on the event loop, for an identity the caller found
-        (``engine.aidentify``: a key callable awaited, or run in its thread); the same
-        steps (:meth:`prepare_request`, :meth:`aask`, :meth:`report`), a denial reported
-        by ``areport_denial`` (``Signal.asend_robust``)."""
+        """:meth:`hit_request` on the event loop, for an identity found (``aidentify``); a
+        denial reported by ``areport_denial`` (``Signal.asend_robust``)."""
         await self.aready()
         prepared = self.prepare_request(request, cost, identity=identity)
         if prepared is None:
@@ -352,8 +335,7 @@ class Policy(PolicyShape):
 
     async def aask(self, pending: Pending) -> Decision:
         """:meth:`ask`, awaited on the event loop (``backends/aio_node.py``)."""
-        if not async_capable(self.backend):
-            # (A backend without an async path: its sync one, off the loop.)
+        if not async_capable(self.backend):  # (no async path: its sync one, off the loop)
             return await sync_to_async(self.ask, thread_sensitive=False)(pending)
         measured = metrics()
         began = time.perf_counter()
@@ -369,16 +351,14 @@ class Policy(PolicyShape):
         return self.answered(pending, outcome)
 
     async def abefore_answer(self, pending: Pending, outcome: Outcome) -> None:
-        """Make, awaited, the round trips :meth:`answered` would make blocking: the deny
-        cache's first read of the reset token, a per-plan rate's catalogue entry."""
+        """Make, awaited, the round trips :meth:`answered` would block on (token, catalogue)."""
         if self.denials is not None and pending.asked_at and not outcome[0]:
             await self.denials.abaseline()
         if self._catalogue is not None:
             await self._catalogue.arecord_if_due(pending.variant)
 
     async def aready(self) -> None:
-        """Before :meth:`_decide` on the event loop: the deny cache's reset token read,
-        awaited, when its lookups would read it (``DenyCache.aready``)."""
+        """Before :meth:`_decide` on the loop: the deny cache's token read awaited if due."""
         if self.denials is not None and not LIMITS.off:
             await self.denials.aready()
 
@@ -527,6 +507,5 @@ class Policy(PolicyShape):
         return reset_identity(self, identity)
 
     async def areset(self, identity: str) -> int:
-        """:meth:`reset`, awaited on the event loop: the same keys deleted, the same
-        local state forgotten, a new reset token. Raises what :meth:`reset` raises."""
+        """:meth:`reset` on the event loop: the same keys, local state, token and errors."""
         return await areset_identity(self, identity)
