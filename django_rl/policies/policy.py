@@ -32,7 +32,6 @@ from asgiref.sync import sync_to_async
 from redis.exceptions import RedisError
 
 from django_rl.algorithms import Outcome, StaticAlgorithm
-from django_rl.algorithms.base import apeek as apeek_algorithm
 from django_rl.algorithms.base import new_tuple
 from django_rl.algorithms.concurrency import Held
 from django_rl.backends.aio_node import arun, async_capable
@@ -48,6 +47,7 @@ from django_rl.overrides.loader import rules_for
 from django_rl.overrides.rules import BLOCK, EXEMPT
 from django_rl.policies import outcomes
 from django_rl.policies.outcomes import DEGRADED_RETRY_AFTER
+from django_rl.policies.peeking import apeek_identity, peek_identity
 from django_rl.policies.pending import Pending
 from django_rl.policies.plans import Variant
 from django_rl.policies.reporting import shadowed
@@ -417,10 +417,6 @@ class Policy(PolicyShape):
         RECORDER.count(self.name, "a" if decision.allowed else field_of(decision), identity)
         return decision
 
-    def shadowed(self, identity: str, decision: Decision, *, also: str | None = None) -> Decision:
-        """Return ``decision`` marked ``shadow=True``, but an operator's block (``reporting``)."""
-        return shadowed(self.name, identity, decision, also)
-
     # -- reading and forgetting state --------------------------------------
 
     def peek(self, identity: str, *, request: Any = None) -> Decision:
@@ -437,60 +433,11 @@ class Policy(PolicyShape):
 
         :raises TypeError: for a per-plan policy without ``request``.
         """
-        selected = self._peek_selected(identity, request)
-        if type(selected) is Variant:
-            key = self.variant_key(selected, identity)
-            try:
-                outcome = self.backend.run(key, selected.algorithm.peek)
-            except RedisError:
-                outcome = None
-            selected = self._peeked(selected, identity, outcome)
-        return self._peek_marked(identity, selected)  # type: ignore[arg-type]  # a Decision
+        return peek_identity(self, identity, request)
 
     async def apeek(self, identity: str, *, request: Any = None) -> Decision:
         """:meth:`peek`, awaited on the event loop: the same steps and commands."""
-        selected = self._peek_selected(identity, request)
-        if type(selected) is Variant:
-            key = self.variant_key(selected, identity)
-            try:
-                if async_capable(self.backend):
-                    outcome = await arun(self.backend, key, apeek_algorithm, selected.algorithm)
-                else:
-                    outcome = await sync_to_async(self.backend.run, thread_sensitive=False)(
-                        key, selected.algorithm.peek
-                    )
-            except RedisError:
-                outcome = None
-            selected = self._peeked(selected, identity, outcome)
-        return self._peek_marked(identity, selected)  # type: ignore[arg-type]  # a Decision
-
-    def _peek_selected(self, identity: str, request: Any) -> Variant | Decision:
-        """:meth:`peek`'s step 1: the Decision made without Redis, or the Variant to read."""
-        if LIMITS.off:
-            return outcomes.no_limit(self.name)
-        selected = self._select(identity, request, None, "peek")
-        if selected is None:
-            return outcomes.no_limit(self.name)
-        if type(selected) is Variant and isinstance(selected.algorithm, StaticAlgorithm):
-            return outcomes.static(self.name, selected, 1)
-        return selected
-
-    def _peek_marked(self, identity: str, decision: Decision) -> Decision:
-        if self.shadow or (self.partial and outside(self, identity)):
-            return shadowed(self.name, identity, decision)
-        return decision
-
-    def _peeked(self, variant: Variant, identity: str, outcome: Outcome | None) -> Decision:
-        """The Decision of a look's ``outcome`` (``None``: Redis could not answer)."""
-        if outcome is None:
-            if self.fallback is not None:
-                return self.fallback.peek(identity)
-            return outcomes.degraded(self.name, variant, self.fail_open)
-        allowed, remaining, retry_ms, reset_ms = outcome
-        return Decision(
-            allowed, variant.limit, remaining, retry_ms / 1000, reset_ms / 1000, self.name,
-            False, variant.window,
-        )  # fmt: skip
+        return await apeek_identity(self, identity, request)
 
     def reset(self, identity: str) -> int:
         """Forget ``identity``'s state under this policy, at every rate; return the keys deleted.
