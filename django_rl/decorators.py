@@ -16,7 +16,9 @@ thread. Only the project's own sync callables hop: a key or rate function
 runs in ``sync_to_async`` (thread-sensitive: where Django runs the request's
 other sync code, with its database connection); an ``async def`` one is
 awaited. The ``user`` keys read ``await request.auser()`` where Django has
-it. See docs/http.md.
+it. An async view served by WSGI (a new event loop per request) decides on
+the sync path in the request's thread instead (:func:`_acheck`). See
+docs/http.md.
 
 DRF views (an ``APIView`` class, ``@api_view``, ``as_view()``) decide once DRF
 has authenticated the request: see ``drf_views.py``. The deciding itself is
@@ -32,7 +34,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, NoReturn, TypeVar, cast
 
-from asgiref.sync import iscoroutinefunction
+from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse
 
 import django_rl.leases as leases
@@ -69,7 +72,7 @@ def _check(request: HttpRequest, limit: Limit) -> tuple[HttpResponse | None, Ver
     them to the view's response. A request refused takes none: all or
     nothing, no policy counted it.
     """
-    verdict = limit.decide(request)  # the engine's one path (one policy: engine.decide_one)
+    verdict = limit.decide(request)  # the engine's one path
     if verdict.blocking:
         return _refused(request, verdict), verdict
     if verdict.held:
@@ -78,7 +81,16 @@ def _check(request: HttpRequest, limit: Limit) -> tuple[HttpResponse | None, Ver
 
 
 async def _acheck(request: HttpRequest, limit: Limit) -> tuple[HttpResponse | None, Verdict]:
-    """:func:`_check` on the event loop (``Limit.adecide``; slots given back awaited)."""
+    """:func:`_check` on the event loop (``Limit.adecide``; slots given back awaited).
+
+    Only for a request an ASGI server serves. An async view served by WSGI
+    (or Django's sync test ``Client``) runs on an event loop made for that
+    one request (``async_to_sync``): a connection opened on it could not
+    outlive the request, so each decision would cost a new TCP connection.
+    Its decision takes the sync path in a thread, on the kept connections.
+    """
+    if not isinstance(request, ASGIRequest):
+        return await sync_to_async(_check, thread_sensitive=True)(request, limit)
     verdict = await limit.adecide(request)
     if verdict.blocking:
         await leases.arelease(verdict.held)
@@ -364,7 +376,7 @@ def _wrap(
                 drf.decide(request, (limit,))  # raises Throttled when it blocks a denial
                 return view(*args, **kwargs)
         # _check, inline: this runs on every decision.
-        verdict = limit.decide(request)  # the engine's one path (one policy: engine.decide_one)
+        verdict = limit.decide(request)  # the engine's one path
         if verdict.blocking:
             return _refused(request, verdict)
         if verdict.held:

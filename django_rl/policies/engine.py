@@ -8,9 +8,9 @@ and says which deny on behalf of a limit that blocks; the front door only
 turns that into its own answer (a 429 response, DRF's ``Throttled``, or the
 view run anyway when ``block=False``).
 
-* **One policy** (the usual view): :func:`decide_one`, i.e.
+* **One policy** (the usual view): :meth:`Limit.decide`'s own branch, i.e.
   :meth:`Policy.hit_request` (the policy's one decision: ``policy.py``),
-  then :func:`~django_rl.core.recording.record`.
+  then :func:`_verdict_of_one` (:func:`~django_rl.core.recording.record`).
 * **Several** (one ``@ratelimit`` of several policies, a throttle of several,
   several ``@ratelimit`` uses on a DRF view, ``hit_many``): each policy's hit
   prepared the same way (:meth:`Policy.prepare_request`), decided together,
@@ -132,8 +132,14 @@ class Limit:
             return new_tuple(
                 Verdict, (decisions, blocking, record(request, decisions), held(decisions))
             )
+        # One policy, the usual view: its hit (Policy.hit_request), then recorded.
+        # (Here, not in a function of its own: a frame fewer on every decision.)
         policy = get_policy(one) if type(one) is str else inline_policy(one)
-        return decide_one(request, policy, self.cost, self.block)
+        try:
+            decision = policy.hit_request(request, self.cost)
+        except Exception as exc:
+            decision = _left_out(policy, exc)
+        return _verdict_of_one(request, decision, self.block)
 
     async def adecide(self, request: Any) -> Verdict:
         """:meth:`decide` on the event loop (async views): the same steps and Verdict.
@@ -157,33 +163,19 @@ class Limit:
                 Verdict, (decisions, blocking, record(request, decisions), held(decisions))
             )
         policy = get_policy(one) if type(one) is str else inline_policy(one)
-        return await adecide_one(request, policy, self.cost, self.block)
+        try:
+            decision = await _ahit_request(request, policy, self.cost)
+        except Exception as exc:
+            decision = _left_out(policy, exc)
+        return _verdict_of_one(request, decision, self.block)
 
 
-def decide_one(request: Any, policy: Policy, cost: int = 1, block: bool = True) -> Verdict:
-    """Decide ``request`` by ``policy`` alone and record it: :meth:`Limit.decide` for one policy.
+def _verdict_of_one(request: Any, decision: Decision | None, block: bool) -> Verdict:
+    """Record one policy's Decision (``None``: none) on ``request``; return its Verdict.
 
     No Decision when the policy does not apply to the request, or is a
     shadow policy whose decision raised (logged). ``block``: a denial blocks.
     """
-    try:
-        decision = policy.hit_request(request, cost)
-    except Exception as exc:
-        decision = _left_out(policy, exc)
-    return _verdict_of_one(request, decision, block)
-
-
-async def adecide_one(request: Any, policy: Policy, cost: int = 1, block: bool = True) -> Verdict:
-    """:func:`decide_one` on the event loop (``Policy.ahit_request``)."""
-    try:
-        decision = await _ahit_request(request, policy, cost)
-    except Exception as exc:
-        decision = _left_out(policy, exc)
-    return _verdict_of_one(request, decision, block)
-
-
-def _verdict_of_one(request: Any, decision: Decision | None, block: bool) -> Verdict:
-    """Record one policy's Decision (``None``: none) on ``request``; return its Verdict."""
     if decision is None:
         return new_tuple(Verdict, ((), (), record(request, ()), NO_LEASES))
     decisions = (decision,)

@@ -123,7 +123,7 @@ def test_several_policies_script_is_encoded_as_redis_py_encodes_it(hits, time_ar
     group = [
         SimpleNamespace(
             variant=SimpleNamespace(algorithm=SimpleNamespace(name=name)),
-            policy=SimpleNamespace(shadow=shadow),
+            policy=SimpleNamespace(shadow=shadow, partial=False),
             cost=cost,
         )
         for name, _, _, cost, shadow in hits
