@@ -16,6 +16,7 @@ client-chosen header value cannot forge log lines or make them long.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -85,14 +86,25 @@ def report_denial(request: Any, policy: str, identity: str, decision: Decision) 
 
 async def areport_denial(request: Any, policy: str, identity: str, decision: Decision) -> None:
     """:func:`report_denial` on the event loop: ``rate_limited.asend_robust`` where Django
-    has it (async receivers awaited on the loop), else ``send_robust``."""
+    has it (async receivers awaited on the loop), else ``send_robust`` with the
+    coroutines of async receivers awaited."""
     if rate_limited.has_listeners():
         arguments = _arguments(request, policy, identity, decision)
         asend = getattr(rate_limited, "asend_robust", None)
         if asend is not None:
             _receiver_errors(await asend(**arguments))
         else:
-            _receiver_errors(rate_limited.send_robust(**arguments))
+            # Django before 5.0 calls an async receiver as a function: its
+            # coroutine is awaited here, on the loop, as asend_robust would.
+            replies = []
+            for receiver, reply in rate_limited.send_robust(**arguments):
+                if inspect.iscoroutine(reply):
+                    try:
+                        reply = await reply
+                    except Exception as exc:
+                        reply = exc
+                replies.append((receiver, reply))
+            _receiver_errors(replies)
     if denials_logger.isEnabledFor(logging.INFO):
         _log(policy, identity, decision)
 
