@@ -65,6 +65,22 @@ REFUND = LuaScript.from_parts(
 MAX_ATTEMPTS = 4
 
 
+def split(made: Sequence[tuple[Policy, Pending | Decision]]) -> tuple[list[Pending], bool]:
+    """Return the hits Redis must decide, and whether a Decision made without it vetoes.
+
+    (``m.shadow``, not ``policy.shadow``: a shadow policy's block is
+    enforced, and vetoes.) Shared by :func:`decide` and ``together_async``.
+    """
+    pending: list[Pending] = []
+    vetoed = False
+    for _, m in made:  # (one pass: this runs on every request of several policies)
+        if type(m) is Pending:
+            pending.append(m)
+        elif not m.allowed and not m.shadow:  # type: ignore[union-attr]  # a Decision
+            vetoed = True
+    return pending, vetoed
+
+
 def decide(made: Sequence[tuple[Policy, Pending | Decision]]) -> list[Decision]:
     """Decide ``made`` (each policy's hit, or its Decision made without Redis) together.
 
@@ -78,14 +94,7 @@ def decide(made: Sequence[tuple[Policy, Pending | Decision]]) -> list[Decision]:
     Redis trouble: the hits of the slot that could not be decided get their
     policies' degraded Decisions (``fallback_rate``, else ``fail_open``).
     """
-    pending: list[Pending] = []
-    vetoed = False
-    for _, m in made:  # (one pass: this runs on every request of several policies)
-        if type(m) is Pending:
-            pending.append(m)
-        # (m.shadow, not policy.shadow: a shadow policy's block is enforced, and vetoes.)
-        elif not m.allowed and not m.shadow:  # type: ignore[union-attr]  # a Decision
-            vetoed = True
+    pending, vetoed = split(made)
     if not pending:
         return [m for _, m in made]  # type: ignore[misc]  # no Pending: all Decisions
     merged = _merge(pending)

@@ -33,6 +33,7 @@ from django_rl.policies.together import (
     decide,
     refund_arguments,
     refunded,
+    split,
 )
 
 if TYPE_CHECKING:
@@ -42,13 +43,7 @@ if TYPE_CHECKING:
 
 async def adecide(made: Sequence[tuple[Policy, Pending | Decision]]) -> list[Decision]:
     """``together.decide``, awaited on the event loop: the same steps, scripts and Decisions."""
-    pending: list[Pending] = []
-    vetoed = False
-    for _, m in made:
-        if type(m) is Pending:
-            pending.append(m)
-        elif not m.allowed and not m.shadow:  # type: ignore[union-attr]  # a Decision
-            vetoed = True
+    pending, vetoed = split(made)
     if not pending:
         return [m for _, m in made]  # type: ignore[misc]  # no Pending: all Decisions
     merged = _merge(pending)

@@ -21,7 +21,7 @@ from django.utils.functional import SimpleLazyObject
 
 from django_rl.decorators import ratelimit
 from tests.sites import urls_async
-from tests.support.asgi import get_scope
+from tests.support.asgi import asgi_messages, body_of, get_scope
 
 pytestmark = pytest.mark.urls("tests.sites.urls_async")
 
@@ -30,25 +30,9 @@ async def get(
     app: Any, path: str, client_ip: str = "127.0.0.1"
 ) -> tuple[int, dict[str, str], bytes]:
     """One GET through ``app``; return the status, the headers and the body."""
-    pending = [{"type": "http.request", "body": b"", "more_body": False}]
-    finished = asyncio.Event()
-    sent: list[dict[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        if pending:
-            return pending.pop()
-        await finished.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-        if message["type"] == "http.response.body" and not message.get("more_body"):
-            finished.set()
-
-    await app(get_scope(path, client_ip), receive, send)
+    sent = await asgi_messages(app, path, client_ip)
     headers = {k.decode().lower(): v.decode() for k, v in sent[0].get("headers", [])}
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return sent[0]["status"], headers, body
+    return sent[0]["status"], headers, body_of(sent)
 
 
 def run_requests(path: str, n: int, client_ip: str = "127.0.0.1") -> list[Any]:

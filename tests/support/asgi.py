@@ -30,8 +30,8 @@ def get_scope(
     }
 
 
-async def asgi_get(app: Any, path: str, client_ip: str = "127.0.0.1") -> tuple[int, bytes]:
-    """Send one GET through ``app``; return the status and the body."""
+async def asgi_messages(app: Any, path: str, client_ip: str = "127.0.0.1") -> list[dict[str, Any]]:
+    """Send one GET through ``app``; return the messages it sent (start, then body)."""
     scope = get_scope(path, client_ip)
     pending = [{"type": "http.request", "body": b"", "more_body": False}]
     finished = asyncio.Event()
@@ -49,5 +49,15 @@ async def asgi_get(app: Any, path: str, client_ip: str = "127.0.0.1") -> tuple[i
             finished.set()
 
     await app(scope, receive, send)
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return sent[0]["status"], body
+    return sent
+
+
+def body_of(sent: list[dict[str, Any]]) -> bytes:
+    """Return the body of an ASGI response's messages."""
+    return b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+async def asgi_get(app: Any, path: str, client_ip: str = "127.0.0.1") -> tuple[int, bytes]:
+    """Send one GET through ``app``; return the status and the body."""
+    sent = await asgi_messages(app, path, client_ip)
+    return sent[0]["status"], body_of(sent)
