@@ -8,7 +8,7 @@ front doors live in :mod:`django_rl.decorators` and :mod:`django_rl.throttling`.
 from __future__ import annotations
 
 from django_rl.core.decision import Decision
-from django_rl.policies.engine import ahit_many, hit_many
+from django_rl.policies.programmatic import ahit_many, hit_many
 from django_rl.policies.registry import Policy, get_policy, register_policy
 
 __version__ = "0.1.0"

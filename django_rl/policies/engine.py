@@ -38,9 +38,8 @@ from django_rl.algorithms.base import new_tuple
 from django_rl.core.async_identities import aidentify
 from django_rl.core.decision import Decision
 from django_rl.core.recording import record, recorded
-from django_rl.core.switches import LIMITS
 from django_rl.leases import Lease, held
-from django_rl.policies import together, together_async
+from django_rl.policies import ruled, together, together_async
 from django_rl.policies.exempt import EXEMPTIONS
 from django_rl.policies.inline import InlineSpec
 from django_rl.policies.policy import Pending, Policy
@@ -125,6 +124,9 @@ class Limit:
             known = _known(request, self)
             if known is not None:
                 return known
+            if (counted := ruled.decided(request)) is not None:
+                made, rest = ruled.split(counted, self.policies())
+                return self._joined(request, made, hit_all(request, rest, self.cost))
         one = self._one
         if one is None:
             decisions = hit_all(request, self.policies(), self.cost)
@@ -155,6 +157,9 @@ class Limit:
             known = _known(request, self)
             if known is not None:
                 return known
+            if (counted := ruled.decided(request)) is not None:
+                made, rest = ruled.split(counted, self.policies())
+                return self._joined(request, made, await ahit_all(request, rest, self.cost))
         one = self._one
         if one is None:
             decisions = await ahit_all(request, self.policies(), self.cost)
@@ -168,6 +173,13 @@ class Limit:
         except Exception as exc:
             decision = _left_out(policy, exc)
         return _verdict_of_one(request, decision, self.block)
+
+    def _joined(self, request: Any, made: list[Decision], new: list[Decision]) -> Verdict:
+        """The Verdict of Decisions RULES' middleware ``made`` (recorded then) and ``new`` ones."""
+        decisions = made + new
+        blocking = [d for d in decisions if d.denies] if self.block else []
+        # The middleware holds its Decisions' slots; only the new ones' are this door's.
+        return new_tuple(Verdict, (decisions, blocking, record(request, new), held(new)))
 
 
 def _verdict_of_one(request: Any, decision: Decision | None, block: bool) -> Verdict:
@@ -330,66 +342,6 @@ def _prepared_hits(
     return hits, indexes, reported
 
 
-def hit_many(hits: Iterable[tuple[Policy | str, str, int]]) -> list[Decision]:
-    """Count several hits together, all or nothing; return a Decision for each, in order.
-
-    Each hit is ``(policy or its name, identity, cost)``. When any policy
-    denies its hit, no hit is counted, and every Decision reports its
-    policy's state without its hit (``allowed``: whether that policy alone
-    would have allowed it); when none denies, every hit is counted. One
-    round trip where the keys share a slot (one server, Sentinel, or one
-    identity's keys on a cluster); across slots, see ``together.py``. Two
-    hits of one policy and identity count as one of their summed cost.
-
-    For code outside views; a per-plan policy (a rate function) cannot be
-    hit here (``TypeError``: it needs a request). Never raises for Redis
-    trouble: degraded Decisions, as :meth:`Policy.hit`. While limits are off
-    (``rate_limits_disabled``): each hit's no-limit Decision (allowed,
-    ``limit`` 0), nothing counted, no Redis.
-
-    :raises ConfigurationError: for a name that is not a valid policy.
-    :raises ValueError: for a cost that is not a whole number from 1 to its limit.
-    """
-    made = _prepared(hits)
-    if LIMITS.off:  # rate_limits_disabled: each a no-limit Decision, nothing counted
-        return [m for _, _, m in made]  # type: ignore[misc]  # Policy._decide made no Pending
-    return _reported(made, together.decide([(policy, m) for policy, _, m in made]))
-
-
-async def ahit_many(hits: Iterable[tuple[Policy | str, str, int]]) -> list[Decision]:
-    """:func:`hit_many`, awaited on the event loop: the same steps, scripts and Decisions.
-
-    :raises ConfigurationError: as :func:`hit_many`.
-    :raises ValueError: as :func:`hit_many`.
-    """
-    listed = list(hits)
-    for policy_or_name, _, _ in listed:
-        policy = get_policy(policy_or_name) if isinstance(policy_or_name, str) else policy_or_name
-        await policy.aready()
-    made = _prepared(listed)
-    if LIMITS.off:  # rate_limits_disabled: as hit_many
-        return [m for _, _, m in made]  # type: ignore[misc]  # Policy._decide made no Pending
-    return _reported(made, await together_async.adecide([(policy, m) for policy, _, m in made]))
-
-
-Prepared = list[tuple[Policy, str, "Pending | Decision"]]
-
-
-def _prepared(hits: Iterable[tuple[Policy | str, str, int]]) -> Prepared:
-    made: Prepared = []
-    for policy_or_name, identity, cost in hits:
-        policy = get_policy(policy_or_name) if isinstance(policy_or_name, str) else policy_or_name
-        made.append((policy, identity, policy.prepare(identity, cost)))
-    return made
-
-
-def _reported(made: Prepared, decided: list[Decision]) -> list[Decision]:
-    return [
-        policy.report(identity, decision)
-        for (policy, identity, _), decision in zip(made, decided, strict=True)
-    ]
-
-
 def not_limited(request: Any) -> list[Decision]:
     """Record no Decision on ``request`` (it is not limited); return all it has.
 
@@ -418,10 +370,18 @@ def decide(request: Any, limits: Sequence[Limit]) -> Verdict:
     owned = [
         (limit, policy) for limit in limits if limit.applies(request) for policy in limit.policies()
     ]
-    made = _hit_weighted(request, [(policy, limit.cost) for limit, policy in owned])
-    decisions = [decision for _, decision in made]
-    blocking = [d for index, d in made if owned[index][0].block and d.denies]
-    return new_tuple(Verdict, (decisions, blocking, record(request, decisions), held(decisions)))
+    if EXEMPTIONS.on and (counted := ruled.decided(request)) is not None:
+        # Policies RULES counted already: their Decisions, not a second count.
+        made = [(limit, counted[p.name]) for limit, p in owned if p.name in counted]
+        owned = [(limit, p) for limit, p in owned if p.name not in counted]
+    else:
+        made = []
+    hits = _hit_weighted(request, [(policy, limit.cost) for limit, policy in owned])
+    new = [decision for _, decision in hits]
+    blocking = [d for limit, d in made if limit.block and d.denies]
+    blocking += [d for index, d in hits if owned[index][0].block and d.denies]
+    every = record(request, new)
+    return new_tuple(Verdict, ([d for _, d in made] + new, blocking, every, held(new)))
 
 
 #: The Django request's attribute that holds the Verdicts ``RateLimitMiddleware``
@@ -471,6 +431,7 @@ def decide_together(request: Any, first: Sequence[Limit], then: Sequence[Limit])
             if limit not in owners[index]:
                 owners[index].append(limit)
     made = _hit_weighted(request, weighted)
+    ruled.note(request, {weighted[index][0].name: decision for index, decision in made})
     every = record(request, [decision for _, decision in made])
     mine: dict[Limit, tuple[list[Decision], list[Decision]]] = {limit: ([], []) for limit in limits}
     for index, decision in made:

@@ -122,6 +122,37 @@ def test_other_views_under_a_rule(redis_client, url):
     assert [web.get(url).status_code for _ in range(4)] == [200, 200, 200, 429]
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/drf-decorated/",
+        "/api/api-view/",
+        "/api/method-decorated/",
+        "/api/async-method-decorated/",
+    ],
+)
+def test_a_policy_of_a_rule_and_of_a_later_front_door_is_counted_once(redis_client, url):
+    # rule_a (3/h) is the rule's and the view's own; the view's own is decided
+    # after the middleware (DRF's authentication, method_decorator): the rule's
+    # Decision stands for it, the request is counted once.
+    web = Client()
+    answers = [web.get(url) for _ in range(4)]
+    assert [r.status_code for r in answers] == [200, 200, 200, 429]
+    assert remaining("rule_a") == 0
+    decided_views = {"/api/drf-decorated/", "/api/api-view/"}
+    # view_a (4/h), the DRF views' other policy, counted by the view: 3 allowed requests.
+    assert remaining("view_a") == (1 if url in decided_views else 4)
+    assert answers[0]["RateLimit"].count("rule_a") == 1  # one Decision of rule_a per request
+
+
+def test_a_later_front_door_of_a_rule_policy_adds_no_round_trip(redis_client):
+    web = Client()
+    web.get("/api/method-decorated/")  # connections made, scripts loaded
+    first, second = reads(redis_client), reads(redis_client)
+    web.get("/api/method-decorated/")
+    assert reads(redis_client) - second - (second - first) == 1
+
+
 def test_block_false_view_under_a_rule(redis_client):
     web = Client()
     bodies = [web.get("/api/not-blocking/").content for _ in range(3)]

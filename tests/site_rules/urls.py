@@ -6,7 +6,9 @@ from typing import ClassVar
 
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
+from django.utils.decorators import method_decorator
 from django.views import View
+from rest_framework.decorators import api_view
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -54,6 +56,39 @@ class Unthrottled(APIView):
         return Response({"ok": True})
 
 
+@ratelimit("rule_a")
+@ratelimit("view_a")
+class DecoratedDRF(APIView):
+    """``@ratelimit`` on a DRF view: decided after DRF's authentication, not by the middleware."""
+
+    throttle_classes: ClassVar[list[type]] = []
+
+    def get(self, request: object) -> Response:
+        return Response({"ok": True})
+
+
+@api_view(["GET"])
+@ratelimit("rule_a", "view_a")
+def decorated_api_view(request: object) -> Response:
+    return Response({"ok": True})
+
+
+class MethodDecorated(View):
+    """``method_decorator`` on ``get``: the middleware cannot see it before the view runs."""
+
+    @method_decorator(ratelimit("rule_a"))
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ok")
+
+
+class AsyncMethodDecorated(View):
+    """The same on an async handler: decided on the loop (``Limit.adecide``)."""
+
+    @method_decorator(ratelimit("rule_a"))
+    async def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ok")
+
+
 def whoami(request: HttpRequest) -> HttpResponse:
     return HttpResponse(str(request.user.pk))
 
@@ -67,5 +102,9 @@ urlpatterns = [
     path("api/class/", ClassBased.as_view()),
     path("api/drf/", Throttled.as_view()),
     path("api/drf-open/", Unthrottled.as_view()),
+    path("api/drf-decorated/", DecoratedDRF.as_view()),
+    path("api/api-view/", decorated_api_view),
+    path("api/method-decorated/", MethodDecorated.as_view()),
+    path("api/async-method-decorated/", AsyncMethodDecorated.as_view()),
     path("health/", plain),
 ]
