@@ -29,20 +29,20 @@ if TYPE_CHECKING:
 
 def peek_identity(policy: Policy, identity: str, request: Any) -> Decision:
     """See :meth:`Policy.peek`."""
-    selected = _selected(policy, identity, request)
+    selected = selection(policy, identity, request)
     if type(selected) is Variant:
         key = policy.variant_key(selected, identity)
         try:
             outcome = policy.backend.run(key, selected.algorithm.peek)
         except RedisError:
             outcome = None
-        selected = _peeked(policy, selected, identity, outcome)
-    return _marked(policy, identity, selected)  # type: ignore[arg-type]  # a Decision
+        selected = peek_decision(policy, selected, identity, outcome)
+    return peek_marked(policy, identity, selected)  # type: ignore[arg-type]  # a Decision
 
 
 async def apeek_identity(policy: Policy, identity: str, request: Any) -> Decision:
     """See :meth:`Policy.apeek`: :func:`peek_identity`'s steps, the read awaited."""
-    selected = _selected(policy, identity, request)
+    selected = selection(policy, identity, request)
     if type(selected) is Variant:
         key = policy.variant_key(selected, identity)
         try:
@@ -54,11 +54,11 @@ async def apeek_identity(policy: Policy, identity: str, request: Any) -> Decisio
                 )
         except RedisError:
             outcome = None
-        selected = _peeked(policy, selected, identity, outcome)
-    return _marked(policy, identity, selected)  # type: ignore[arg-type]  # a Decision
+        selected = peek_decision(policy, selected, identity, outcome)
+    return peek_marked(policy, identity, selected)  # type: ignore[arg-type]  # a Decision
 
 
-def _selected(policy: Policy, identity: str, request: Any) -> Variant | Decision:
+def selection(policy: Policy, identity: str, request: Any) -> Variant | Decision:
     """Step 1: the Decision made without Redis, or the Variant to read."""
     if LIMITS.off:
         return outcomes.no_limit(policy.name)
@@ -70,14 +70,16 @@ def _selected(policy: Policy, identity: str, request: Any) -> Variant | Decision
     return selected
 
 
-def _marked(policy: Policy, identity: str, decision: Decision) -> Decision:
+def peek_marked(policy: Policy, identity: str, decision: Decision) -> Decision:
     """``decision`` marked shadow for a shadow policy, or an identity outside its percent."""
     if policy.shadow or (policy.partial and outside(policy, identity)):
         return shadowed(policy.name, identity, decision)
     return decision
 
 
-def _peeked(policy: Policy, variant: Variant, identity: str, outcome: Outcome | None) -> Decision:
+def peek_decision(
+    policy: Policy, variant: Variant, identity: str, outcome: Outcome | None
+) -> Decision:
     """The Decision of a look's ``outcome`` (``None``: Redis could not answer)."""
     if outcome is None:
         if policy.fallback is not None:
