@@ -45,6 +45,7 @@ DEFAULTS: Mapping[str, Any] = {
     "HISTORY": True,
     "EXEMPT": (),
     "RULES": (),
+    "STATUS_POLICIES": None,
 }
 
 
@@ -87,6 +88,8 @@ class Settings:
     exempt: object = ()
     #: ``RULES`` as written: paths to policies (``policies/site_rules.py``).
     rules: object = ()
+    #: ``STATUS_POLICIES`` as written: the status view's policies (``None``: every one).
+    status_policies: object = None
 
 
 def raw_settings() -> object:
@@ -176,6 +179,7 @@ def get_settings() -> Settings:
         history=merged["HISTORY"],
         exempt=merged["EXEMPT"],
         rules=merged["RULES"],
+        status_policies=merged["STATUS_POLICIES"],
     )
 
 

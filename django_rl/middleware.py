@@ -93,6 +93,8 @@ class RateLimitMiddleware:
         matched = RULES.matching(request)
         if not matched or (EXEMPTIONS.on and EXEMPTIONS.exempts(request)):
             return None
+        if getattr(view_func, "django_rl_uncounted", False):  # the status view (views.py)
+            return None
         verdict = engine.decide_together(request, matched, _own_limits(view_func))
         if verdict.blocking:
             leases.release(verdict.held)

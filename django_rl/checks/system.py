@@ -63,6 +63,7 @@ from django_rl.checks.connection_checks import connection_warnings
 from django_rl.checks.names import DJANGO_REDIS_BACKEND, SETTINGS_TAG
 from django_rl.checks.server_checks import check_server  # noqa: F401  (registers it)
 from django_rl.checks.site_checks import exempt_problems, rules_problems
+from django_rl.checks.status_checks import status_policies_problems
 from django_rl.checks.topology_checks import topology_problems
 from django_rl.checks.validation import (
     Problem,
@@ -123,6 +124,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                     warnings += policy_warnings(name, spec, where=where)
             problems += _reference_problems(merged["DEFAULT_POLICY"], specs, limits)
             problems += rules_problems(merged["RULES"], set(specs))
+            problems += status_policies_problems(merged["STATUS_POLICIES"], set(specs))
             inline_problems, inline_warnings = _inline_problems(num_proxies)
             problems += inline_problems
             warnings += inline_warnings

@@ -38,6 +38,7 @@ FLOORS: list[list[str]] = [
         "decorators",
         "drf_views",
         "throttling",
+        "views",
         "middleware",
         "testing",
         "__init__",
