@@ -6,7 +6,7 @@
 # make lint: ruff (lint and format) and mypy --strict over django_rl/.
 # make matrix: the test suite under every Django x Python pair of tox.ini.
 # make demo: the example site on 127.0.0.1:8000 (DEMO_PORT=8001 for another port) with its
-# own Redis (or REDIS_URL), in its own small .venv-demo (django_rl with DRF and
+# own Redis (or REDIS_URL), in its own small .venv-demo (django_rl with DRF, drf-spectacular and
 # prometheus_client, nothing of the test or lint toolchains).
 # make bench-admin: time the admin's live counters with 1,000,000 keys in Redis.
 # make bench-scaling: commands, bytes and server CPU per decision (docs/scaling.md).
@@ -71,7 +71,7 @@ demo-venv: $(DEMO_STAMP)
 $(DEMO_STAMP): setup.cfg pyproject.toml
 	test -x $(DEMO_VENV)/bin/python || $(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(DEMO_VENV)/bin/python -m pip install --quiet -e '.[drf,prometheus]'
+	$(DEMO_VENV)/bin/python -m pip install --quiet -e '.[drf,prometheus,spectacular]'
 	touch $(DEMO_STAMP)
 
 bench-admin: venv system-packages

@@ -3,11 +3,16 @@
 Redis: ``REDIS_URL`` (default ``redis://127.0.0.1:6379/0``). Keys are written
 under the ``rl-example`` prefix. ``/metrics/`` serves Prometheus metrics when
 ``prometheus_client`` is installed (``pip install prometheus_client``;
-``make demo``'s virtualenv has it).
+``make demo``'s virtualenv has it). ``/rate_limit/`` answers a client's
+standing on every policy (``django_rl.views.rate_limit_status``); with
+drf-spectacular installed (``pip install "django_rl[spectacular]"``; ``make
+demo``'s virtualenv has it) ``/api/schema/`` serves the OpenAPI schema, its
+rate-limited operations documenting their 429s (``django_rl.contrib.spectacular``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -108,3 +113,18 @@ LOGGING = {
 REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["django_rl.throttling.PolicyThrottle"],
 }
+
+#: The OpenAPI schema at /api/schema/, when drf-spectacular is installed.
+SPECTACULAR = importlib.util.find_spec("drf_spectacular") is not None
+if SPECTACULAR:
+    INSTALLED_APPS.append("drf_spectacular")
+    REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "drf_spectacular.openapi.AutoSchema"
+    SPECTACULAR_SETTINGS = {
+        "TITLE": "django_rl example",
+        "VERSION": "1.0.0",
+        "POSTPROCESSING_HOOKS": [
+            "drf_spectacular.hooks.postprocess_schema_enums",
+            # A 429 with Retry-After and the rate-limit headers on every limited operation.
+            "django_rl.contrib.spectacular.postprocess_schema",
+        ],
+    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views import View
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -81,8 +82,15 @@ class BurstView(View):
         return JsonResponse({"ok": True})
 
 
+class ItemsSerializer(serializers.Serializer[dict[str, list[str]]]):
+    """What /api/items/ answers (for the OpenAPI schema)."""
+
+    items = serializers.ListField(child=serializers.CharField())
+
+
 class ItemsView(APIView):
     throttle_scope = "api"
+    serializer_class = ItemsSerializer
 
     def get(self, request: Request) -> Response:
         return Response({"items": ["apple", "pear"]})

@@ -137,6 +137,8 @@ def main() -> int:
             f"  {base}/admin/django_rl/livecounter/      live counters and charts (log in first)\n"
             f"  {base}/metrics/                          Prometheus metrics\n"
             f"  {base}/api/items/                        DRF browsable API (throttled)\n"
+            f"  {base}/rate_limit/                       your standing on every policy (JSON)\n"
+            f"  {base}/api/schema/                       OpenAPI schema, 429s documented\n"
             f"  curl -i -X POST {base}/login/            5 a minute, then 429 with Retry-After\n"
             f"\n{manage_hint(env)}\n"
             "\nCtrl-C stops the site and everything the demo started.\n",
