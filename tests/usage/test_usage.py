@@ -173,3 +173,43 @@ def test_rate_limits_disabled_reads_no_limit(limits):
     with rate_limits_disabled():
         decisions = django_rl.usage(anonymous(), FIVE)
     assert [(d.allowed, d.limit) for d in decisions] == [(True, 0)] * 5
+
+
+#: Identities whose keys land on every primary of the test cluster.
+IDENTITIES = [f"10.1.0.{i}" for i in range(8)]
+
+
+def test_every_topology_reads_what_peek_reads(topology, keyspace, settings):
+    settings.DJANGO_RL = {"POLICIES": POLICIES, "HISTORY": False, "DENY_CACHE_SIZE": 0}
+    for i, address in enumerate(IDENTITIES):
+        spend(FIVE, f"ip:{address}", i % 4)
+    for i, address in enumerate(IDENTITIES):
+        decisions = django_rl.usage(anonymous(address), [*FIVE, "users"])
+        assert [d.policy for d in decisions] == FIVE
+        assert [d.remaining for d in decisions] == [10 - i % 4] * 5, address
+        assert not any(d.degraded for d in decisions)
+
+
+def test_policies_of_different_keys_across_nodes(topology, keyspace, settings):
+    # One policy per identity function: on a cluster, keys of different
+    # identities land on different primaries (a pipeline per node).
+    policies = {
+        "by_ip": {"algorithm": "sliding_log", "rate": "10/h", "key": "ip"},
+        "by_header": {"algorithm": "gcra", "burst": 10, "rate": "10/h", "key": "header:X-Team"},
+        "by_anon": {"algorithm": "fixed_window", "rate": "10/h", "key": "anon"},
+    }
+    settings.DJANGO_RL = {"POLICIES": policies, "HISTORY": False, "DENY_CACHE_SIZE": 0}
+    for address in IDENTITIES:
+        request = anonymous(address)
+        request.META["HTTP_X_TEAM"] = f"team-{address}"
+        identities = {name: get_policy(name).identify(request) for name in policies}
+        get_policy("by_header").hit(identities["by_header"])
+        decisions = django_rl.usage(request, list(policies))
+        expected = [get_policy(n).peek(identities[n]).remaining for n in policies]
+        assert [d.remaining for d in decisions] == expected
+        assert expected[1] == 9
+
+        async def run(request=request):
+            return await django_rl.ausage(request, list(policies))
+
+        assert [d.remaining for d in asyncio.run(run())] == expected
