@@ -150,24 +150,37 @@ def _limits(callback: Any, view: Any, method: str) -> Iterable[str]:
 
 
 def _throttle_lines(view: Any) -> Iterable[str]:
+    """The lines of the view's ``PolicyThrottle`` and drop-in throttles (``get_throttles``)."""
     from django_rl.contrib.drf import ScopedRateThrottle, SimpleRateThrottle
     from django_rl.throttling import PolicyThrottle
 
-    for throttle_class in getattr(view, "throttle_classes", ()) or ():
-        if not isinstance(throttle_class, type):
-            continue
-        if issubclass(throttle_class, PolicyThrottle):
-            for name in throttle_class().get_policy_names(view):
+    for throttle in _throttles(view):
+        if isinstance(throttle, PolicyThrottle):
+            for name in throttle.get_policy_names(view):
                 yield _line_of_name(name)
-        elif issubclass(throttle_class, SimpleRateThrottle):
-            throttle = throttle_class()
-            if issubclass(throttle_class, ScopedRateThrottle):
-                throttle.scope = getattr(view, throttle_class.scope_attr, None)
+        elif isinstance(throttle, SimpleRateThrottle):
+            if isinstance(throttle, ScopedRateThrottle):
+                throttle.scope = getattr(view, type(throttle).scope_attr, None)
                 if not throttle.scope:
                     continue
                 throttle.rate = throttle.get_rate()
             if throttle.rate is not None:
                 yield f"`drf.{throttle.scope}`: {throttle.rate} (sliding_log)"
+
+
+def _throttles(view: Any) -> list[Any]:
+    """Return the view's throttles: its ``get_throttles()`` (which a view may override),
+    else one of each of its ``throttle_classes``."""
+    try:
+        return list(view.get_throttles())
+    except Exception:
+        found = []
+        for cls in getattr(view, "throttle_classes", ()) or ():
+            try:
+                found.append(cls())
+            except Exception:  # e.g. a throttle without a rate: it limits nothing
+                continue
+        return found
 
 
 def _decorator_lines(callback: Any, view: Any, method: str) -> Iterable[str]:

@@ -16,6 +16,7 @@ urlpatterns = [
     path("plain/", views.Plain.as_view()),
     path("throttled/", views.Throttled.as_view()),
     path("unnamed/", views.Unnamed.as_view()),
+    path("own-throttles/", views.OwnThrottles.as_view()),
     path("dropin/", views.DropIn.as_view()),
     path("scoped/", views.Scoped.as_view()),
     path("drf-own/", views.DrfOwn.as_view()),

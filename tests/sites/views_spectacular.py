@@ -32,6 +32,15 @@ class Throttled(Plain):
     throttle_policies: ClassVar[list[str]] = ["daily"]
 
 
+class OwnThrottles(Plain):
+    """Throttles from ``get_throttles``, not ``throttle_classes``."""
+
+    throttle_scope = "daily"
+
+    def get_throttles(self) -> list[Any]:
+        return [PolicyThrottle()]
+
+
 class Unnamed(Plain):
     """PolicyThrottle, but no policy named and no DEFAULT_POLICY: not limited."""
 

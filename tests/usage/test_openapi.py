@@ -27,6 +27,8 @@ EXPECTED = {
 LIMITED = {
     ("/throttled/", "get"): ["`burst`", "`daily`"],
     ("/throttled/", "post"): ["`burst`", "`daily`"],
+    ("/own-throttles/", "get"): ["`daily`: fixed_window 1000/d"],
+    ("/own-throttles/", "post"): ["`daily`: fixed_window 1000/d"],
     ("/dropin/", "get"): ["`drf.anon`: 100/h"],
     ("/dropin/", "post"): ["`drf.anon`: 100/h"],
     ("/scoped/", "get"): ["`drf.uploads`: 5/m"],
