@@ -180,3 +180,11 @@ def test_redis_down_degraded_values(settings, limits, private_redis, url):
 
 def test_post_is_not_allowed(limits):
     assert Client().post("/rate_limit/").status_code == 405
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_head_answers_like_get(limits, url):
+    response = Client(REMOTE_ADDR=ADDRESS).head(url)
+    assert response.status_code == 200
+    assert response["Cache-Control"] == "no-store"
+    assert get_policy("fw").peek(f"ip:{ADDRESS}").remaining == 10
