@@ -21,6 +21,8 @@ cannot answer gets its policies' degraded Decisions at once.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -114,10 +116,28 @@ def _policies(policies: Iterable[Policy | str]) -> list[Policy]:
     return [get_policy(p) if isinstance(p, str) else p for p in policies]
 
 
+#: Seconds between two log lines of one policy and cause (as ``shadow.INTERVAL``).
+LOG_INTERVAL = 600.0
+#: When each (policy, cause) was last logged; bounded as ``shadow.MAX_CAUSES``.
+_logged: dict[tuple[str, str], float] = {}
+_logged_lock = threading.Lock()
+
+
 def _left_out(policy: Policy, exc: Exception) -> None:
+    """Log (once per policy and cause every :data:`LOG_INTERVAL`) a policy left out."""
+    cause = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    now = time.monotonic()
+    with _logged_lock:
+        last = _logged.get((policy.name, cause))
+        if last is not None and now - last < LOG_INTERVAL:
+            return
+        if last is None and len(_logged) >= 1024:
+            _logged.clear()
+        _logged[(policy.name, cause)] = now
     logger.warning(
-        "django_rl: usage left policy %r out: its key or rate function raised %s: %s",
-        policy.name, type(exc).__name__, exc,
+        "django_rl: usage left policy %r out: its key or rate function raised %s: %s "
+        "(logged at most once every %g s per policy and cause)",
+        policy.name, cause, exc, LOG_INTERVAL,
     )  # fmt: skip
 
 

@@ -213,3 +213,17 @@ def test_policies_of_different_keys_across_nodes(topology, keyspace, settings):
             return await django_rl.ausage(request, list(policies))
 
         assert [d.remaining for d in asyncio.run(run())] == expected
+
+
+def test_a_raising_key_function_is_logged_once(settings, caplog):
+    def broken(request):
+        raise RuntimeError("boom")
+
+    settings.DJANGO_RL = {
+        "POLICIES": {"broken2": {"algorithm": "fixed_window", "rate": "5/m", "key": broken}},
+        "HISTORY": False,
+    }
+    with caplog.at_level("WARNING", logger="django_rl"):
+        for _ in range(5):
+            assert django_rl.usage(anonymous(), ["broken2"]) == []
+    assert len([r for r in caplog.records if "broken2" in r.getMessage()]) == 1
