@@ -35,7 +35,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonR
 from django_rl.conf import get_settings
 from django_rl.core.decision import Decision
 from django_rl.policies.registry import Policy, get_policy
-from django_rl.policies.usage import ausage, usage
+from django_rl.policies.usage import ausage, log_left_out, usage
 
 logger = logging.getLogger("django_rl")
 
@@ -90,7 +90,7 @@ def status_policies() -> list[Policy]:
         try:
             found.append(get_policy(name))
         except Exception as exc:
-            logger.warning("django_rl: the status view leaves out %r: %s", name, exc)
+            log_left_out(str(name), exc, "the status view cannot use it:")
     return found
 
 

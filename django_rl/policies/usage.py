@@ -81,7 +81,7 @@ def usage(request: Any, policies: Iterable[Policy | str]) -> list[Decision]:
                 known[identify] = identify(request)
             identity = known[identify]
         except Exception as exc:
-            _left_out(policy, exc)
+            log_left_out(policy.name, exc)
             continue
         if identity is not None:
             looks.append((policy, identity))
@@ -105,7 +105,7 @@ async def ausage(request: Any, policies: Iterable[Policy | str]) -> list[Decisio
             if identity is not None and policy.rates is not None:
                 await policy.rates.arate_for(request)
         except Exception as exc:
-            _left_out(policy, exc)
+            log_left_out(policy.name, exc)
             continue
         if identity is not None:
             looks.append((policy, identity))
@@ -123,21 +123,21 @@ _logged: dict[tuple[str, str], float] = {}
 _logged_lock = threading.Lock()
 
 
-def _left_out(policy: Policy, exc: Exception) -> None:
+def log_left_out(name: str, exc: Exception, why: str = "its key or rate function raised") -> None:
     """Log (once per policy and cause every :data:`LOG_INTERVAL`) a policy left out."""
     cause = f"{type(exc).__module__}.{type(exc).__qualname__}"
     now = time.monotonic()
     with _logged_lock:
-        last = _logged.get((policy.name, cause))
+        last = _logged.get((name, cause))
         if last is not None and now - last < LOG_INTERVAL:
             return
         if last is None and len(_logged) >= 1024:
             _logged.clear()
-        _logged[(policy.name, cause)] = now
+        _logged[(name, cause)] = now
     logger.warning(
-        "django_rl: usage left policy %r out: its key or rate function raised %s: %s "
+        "django_rl: usage left policy %r out: %s %s: %s "
         "(logged at most once every %g s per policy and cause)",
-        policy.name, cause, exc, LOG_INTERVAL,
+        name, why, cause, exc, LOG_INTERVAL,
     )  # fmt: skip
 
 
@@ -196,7 +196,7 @@ def look_steps(
         except Exception as exc:
             if request is None:
                 raise  # a per-plan policy looked at without a request: TypeError, as peek
-            _left_out(policy, exc)  # its rate function raised: the request's look goes on
+            log_left_out(policy.name, exc)  # its rate function raised: the request's look goes on
             decided.append(None)
             left_out.add(index)
             continue
