@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -37,6 +38,14 @@ from django_rl.backends.resp import command as encode_command
 from django_rl.backends.scripts import LuaScript
 
 _MULTI, _EXEC = encode_command(("MULTI",)), encode_command(("EXEC",))
+_ASKING_COMMAND = encode_command(("ASKING",))
+
+#: Set while ``arun`` follows an ``ASK`` to the node importing a slot: each
+#: exchange on the auto-pipelined connection is preceded by ``ASKING`` in the
+#: same write (a transaction: before its MULTI, whose commands keep the flag),
+#: as ``ClusterMember.asking`` does on the sync path. A context variable: it
+#: holds for this decision's task only, not for the others sharing the pipe.
+_ASKING: contextvars.ContextVar[bool] = contextvars.ContextVar("django_rl_asking", default=False)
 
 if TYPE_CHECKING:
     from django_rl.backends.base import Backend
@@ -66,8 +75,9 @@ async def arun(
 
     On a cluster, as ``ClusterBackend.run``: the node that owns the key's
     slot; ``MOVED`` followed at once (the table read again in the
-    background); ``ASK`` and ``TRYAGAIN`` (a slot on the move) asked again
-    of the slot's owner after ``TRYAGAIN_PAUSE``; at most ``MAX_REDIRECTS``.
+    background); ``ASK`` (a migrating slot whose key is not on the source)
+    followed at once to the node named, with ``ASKING`` in the same write;
+    ``TRYAGAIN`` asked again after ``TRYAGAIN_PAUSE``; at most ``MAX_REDIRECTS``.
 
     :raises redis.exceptions.RedisError: if Redis cannot answer.
     """
@@ -84,15 +94,23 @@ async def arun(
         await sync_to_async(backend.nodes, thread_sensitive=False)()
     node: RedisNode = backend.node_for(key)
     failure: RedisError | None = None
+    asking = False
     for _ in range(MAX_REDIRECTS):
+        token = _ASKING.set(True) if asking else None
         try:
             return await _on_node(node, key, operation, *args, **kwargs)
         except MovedError as exc:
-            failure, node = exc, backend._moved(exc)
-        except (AskError, TryAgainError) as exc:
+            failure, node, asking = exc, backend._moved(exc), False
+        except AskError as exc:
+            # The slot is migrating and the key is not on the source: the
+            # node named, with ASKING (the table stays: the slot is the source's).
+            failure, node, asking = exc, backend.member_at(exc.host, exc.port), True
+        except TryAgainError as exc:
             failure = exc
             await asyncio.sleep(TRYAGAIN_PAUSE)
-            node = backend.node_for(key)
+        finally:
+            if token is not None:
+                _ASKING.reset(token)
     assert failure is not None
     node.health.answered_with_error(failure, "migrating")
     raise failure
@@ -130,23 +148,19 @@ def async_capable(backend: Backend) -> bool:
 async def connection(node: RedisNode) -> AsyncIterator[Redis]:
     """The loop's client of ``node``, for one exchange; waits while the pool's size is in use.
 
-    :raises PoolExhausted: after the socket timeout's wait (as the sync path's thread).
+    :raises PoolExhausted: when no connection came free for a whole socket
+        timeout (``aio_pools.Turnstile``: a busy pool is waited for).
     """
     client = await client_of(node)
-    gate, wait = turnstile(client)
-    if not gate.locked():
-        await gate.acquire()  # (free: no wait, no task)
-    else:
-        try:
-            await asyncio.wait_for(gate.acquire(), wait)
-        except asyncio.TimeoutError:
-            raise PoolExhausted(
-                f"no connection of the pool came free within {wait} s (async decisions)"
-            ) from None
+    gate = turnstile(client)
+    if not await gate.enter():
+        raise PoolExhausted(
+            f"no connection of the pool came free within {gate.wait} s (async decisions)"
+        )
     try:
         yield client
     finally:
-        gate.release()
+        gate.leave()
 
 
 async def client_of(node: RedisNode) -> Redis:
@@ -239,13 +253,14 @@ async def aeval(
     """
     pipe = await async_pipe(node)
     if pipe is not None:
-        (reply,) = await pipe.exchange(script.encoded(keys, args), 1)
+        (reply,) = await _exchange(pipe, script.encoded(keys, args), 1)
         if isinstance(reply, NoScriptError):
             eval_command = encode_command(("EVAL", script.source, len(keys), *keys, *args))
-            (reply,) = await pipe.exchange(eval_command, 1)
+            (reply,) = await _exchange(pipe, eval_command, 1)
         if isinstance(reply, RedisError):
             raise reply
         return reply
+    _not_asking()
     async with connection(node) as client:
         try:
             return await client.evalsha(script.sha, len(keys), *keys, *args)
@@ -262,7 +277,8 @@ async def atransaction(node: RedisNode, commands: Sequence[Sequence[Any]]) -> li
     short = await async_pipe(node)
     if short is not None:
         encoded = b"".join([_MULTI, *(encode_command(c) for c in commands), _EXEC])
-        return _executed(await short.exchange(encoded, len(commands) + 2))
+        return _executed(await _exchange(short, encoded, len(commands) + 2))
+    _not_asking()
     async with connection(node) as client:
         pipe = client.pipeline(transaction=True)
         for command in commands:
@@ -280,7 +296,29 @@ async def arun_transaction(
     if short is None:
         return await atransaction(node, transaction.filled(key, values))
     count = len(transaction.commands) + 2
-    return _executed(await short.exchange(transaction.encode(key, values), count))
+    return _executed(await _exchange(short, transaction.encode(key, values), count))
+
+
+async def _exchange(pipe: Any, encoded: bytes, count: int) -> list[Any]:
+    """``pipe.exchange``, preceded by ``ASKING`` in the same write while following an ``ASK``."""
+    if not _ASKING.get():
+        replies: list[Any] = await pipe.exchange(encoded, count)
+        return replies
+    asked, *replies = await pipe.exchange(_ASKING_COMMAND + encoded, count + 1)
+    if isinstance(asked, RedisError):
+        raise asked
+    return replies
+
+
+def _not_asking() -> None:
+    """Refuse to follow an ``ASK`` on ``redis.asyncio``'s pool (TLS, RESP3): the decision fails.
+
+    A pooled connection cannot be told that ``ASKING`` and the command go
+    together; the decision then follows the outage rules (``fail_open``,
+    ``fallback_rate``) for the seconds a slot's migration lasts.
+    """
+    if _ASKING.get():
+        raise RedisError("an ASK is followed on the auto-pipelined connection only")
 
 
 def _executed(answered: list[Any]) -> list[Any]:
@@ -301,6 +339,7 @@ async def apipeline(node: RedisNode, queue: Callable[[Any], T]) -> tuple[T, list
     NOSCRIPT inside it: every script is loaded and the commands sent again
     (reads, or writes that may run twice), as ``scripts.replies_with_scripts``.
     """
+    _not_asking()
     async with connection(node) as client:
         pipe = client.pipeline(transaction=False)
         queued = queue(pipe)

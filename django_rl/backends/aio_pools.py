@@ -117,11 +117,49 @@ async def async_client(node: RedisNode) -> Redis:
     pool = async_pool(node)
     client = state.clients[node] = Redis(connection_pool=pool)
     # The pool's size, as a turnstile: a decision beyond it waits for a
-    # connection (``aio_node.connection``), as long as the sync path's thread
-    # would (the socket timeout; then ``PoolExhausted``, no outage).
+    # connection (``aio_node.connection``) while the connections come free
+    # (``Turnstile``); none for a whole socket timeout: ``PoolExhausted``.
     wait = node.pooled_client.connection_pool.connection_kwargs.get("socket_timeout")
-    _turnstiles[client] = (asyncio.Semaphore(pool.max_connections), wait)
+    _turnstiles[client] = Turnstile(pool.max_connections, wait)
     return client
+
+
+class Turnstile:
+    """A pool's size for the loop's decisions: at most ``size`` exchanges at once.
+
+    A decision beyond it waits for a connection as long as connections keep
+    coming free (the pool busy, not stuck: never degraded because it is
+    full, however many wait); when none has come free for a whole
+    ``wait`` (the socket timeout: every connection held by a call that
+    hangs), it gives up with ``PoolExhausted`` (the outage rules then apply).
+    """
+
+    __slots__ = ("freed", "gate", "wait")
+
+    def __init__(self, size: int, wait: float | None) -> None:
+        self.gate = asyncio.Semaphore(size)
+        self.wait = wait
+        #: Connections given back so far (the progress a waiter looks for).
+        self.freed = 0
+
+    async def enter(self) -> bool:
+        """Take a connection's turn; ``False`` if none came free for a whole ``wait``."""
+        gate = self.gate
+        if not gate.locked():
+            await gate.acquire()  # (free: no wait, no task)
+            return True
+        while True:
+            seen = self.freed
+            try:
+                await asyncio.wait_for(gate.acquire(), self.wait)
+                return True
+            except asyncio.TimeoutError:
+                if self.freed == seen:
+                    return False
+
+    def leave(self) -> None:
+        self.freed += 1
+        self.gate.release()
 
 
 async def async_pipe(node: RedisNode) -> Pipe | None:
@@ -172,14 +210,12 @@ async def async_pipe(node: RedisNode) -> Pipe | None:
 _no_pipe: weakref.WeakSet[RedisNode] = weakref.WeakSet()
 
 
-def turnstile(client: Redis) -> tuple[asyncio.Semaphore, float | None]:
-    """Return the semaphore of ``client``'s pool size and the longest wait for it."""
+def turnstile(client: Redis) -> Turnstile:
+    """Return the :class:`Turnstile` of ``client``'s pool."""
     return _turnstiles[client]
 
 
-_turnstiles: weakref.WeakKeyDictionary[Redis, tuple[asyncio.Semaphore, float | None]] = (
-    weakref.WeakKeyDictionary()
-)
+_turnstiles: weakref.WeakKeyDictionary[Redis, Turnstile] = weakref.WeakKeyDictionary()
 
 
 async def _new_loop(loop: asyncio.AbstractEventLoop) -> _LoopClients:

@@ -269,3 +269,41 @@ def cluster_slots_calls(client) -> int:
         return int(stats.get("cmdstat_cluster|slots", {}).get("calls", 0))
     finally:
         client.close()
+
+
+def test_async_decisions_follow_ask_with_asking(redis_cluster, moving_slot, caplog):
+    # On the loop (Policy.ahit, its auto-pipelined connection): an identity
+    # whose keys moved to the target (B) and a new one (C), while the slot is
+    # MIGRATING, are counted on the target (ASKING in the same write), each
+    # hit once; one whose keys are still on the source (A) is counted there.
+    import asyncio
+
+    slot, source, target = moving_slot
+    a, b, c = identities_in_slot(slot, 3)
+    for identity in (a, b):
+        for name in POLICIES:
+            for _ in range(3):
+                get_policy(name).hit(identity)
+    move = SlotMove(redis_cluster, slot, source, target)
+    move.begin()
+    move.migrate_keys([k for name in POLICIES for k in keys_of(get_policy(name), b, source)])
+
+    async def hits() -> dict[tuple[str, str], list[int]]:
+        return {
+            (name, who): [(await get_policy(name).ahit(identity)).remaining for _ in range(2)]
+            for name in POLICIES
+            for who, identity in (("a", a), ("b", b), ("c", c))
+        }
+
+    decided = asyncio.run(hits())
+    expected = {
+        (name, who): [LIMIT - start - 1, LIMIT - start - 2]
+        for name in POLICIES
+        for who, start in (("a", 3), ("b", 3), ("c", 0))
+    }
+    assert decided == expected
+    for name in POLICIES:
+        assert keys_of(get_policy(name), b, source) == []  # counted on the target
+        assert keys_of(get_policy(name), c, target) != []
+        assert keys_of(get_policy(name), a, source) != []
+    assert unavailable_lines(caplog) == []
