@@ -1,7 +1,8 @@
 """Drop-in modules: other rate limiters' public APIs, decided by django_rl.
 
 ``django_rl.contrib.drf`` stands in for ``rest_framework.throttling``;
-``django_rl.contrib.ratelimit`` for ``django_ratelimit``. A project switches
+``django_rl.contrib.ratelimit`` for ``django_ratelimit``;
+``django_rl.contrib.ninja`` for ``ninja.throttling``. A project switches
 by replacing the module path in its imports and settings.
 
 The policies a drop-in makes are policies like any other (``Policy``), so
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 #: Drop-in name -> the module whose ``known_policies()`` lists its policies.
 DROPINS: dict[str, str] = {
     "drf": "django_rl.contrib.drf_policies",
+    "ninja": "django_rl.contrib.ninja_policies",
     "ratelimit": "django_rl.contrib.ratelimit.store",
 }
 

@@ -6,29 +6,30 @@ DRF read and write it themselves: they copy DRF's ``allow_request`` body
 (``self.history = self.cache.get(self.key, [])``) or its
 ``throttle_success`` (``self.cache.set(self.key, self.history,
 self.duration)``). The drop-in keeps that history in Redis, as the sliding
-log of its policy of the throttle's scope and rate (``drf_policies.py``), so
+log of its policy of the throttle's scope and rate (``throttle_policies.py``), so
 on an instance ``cache`` is a :class:`ThrottleLogs` over those logs: what it
 reads is what the drop-in counted, and what it writes the drop-in's
-decisions see. Imports no DRF.
+decisions see. Django Ninja's drop-in (``ninja.py``) shares it. Imports no DRF.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from redis.exceptions import RedisError
 
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.backends.given_time import decisions_at
-from django_rl.contrib.drf_policies import policy_for
+from django_rl.contrib.throttle_policies import ThrottlePolicies
 from django_rl.policies.policy import Policy
 
 
 class Throttle(Protocol):
     """What :class:`ThrottleLogs` reads of a drop-in throttle."""
 
+    _rl_policies: ClassVar[ThrottlePolicies]
     scope: str | None
     num_requests: int | None
     duration: int | None
@@ -55,7 +56,9 @@ class ThrottleLogs:
         throttle = self._throttle
         if throttle.num_requests is None or throttle.duration is None:
             return None
-        policy = policy_for(throttle.scope, throttle.num_requests, throttle.duration)
+        policy = throttle._rl_policies.policy_for(
+            throttle.scope, throttle.num_requests, throttle.duration
+        )
         log = policy.algorithm
         return (policy, log) if isinstance(log, SlidingLog) else None
 

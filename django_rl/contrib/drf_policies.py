@@ -23,73 +23,29 @@ list these policies (:func:`known_policies`) in any process.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import sys
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings as django_settings
 
-from django_rl.conf import forget_on_change, get_settings
-from django_rl.core.keys import SAFE_NAME
-from django_rl.core.rates import Rate, RateError, parse_rate
+from django_rl.contrib.throttle_policies import ALGORITHM, ThrottlePolicies
 from django_rl.core.urlconf import PerURLconf
 from django_rl.policies.policy import Policy
-from django_rl.policies.registry import build_policy
 
-#: The drop-in's algorithm: DRF's throttle keeps a sliding log.
-ALGORITHM = "sliding_log"
 #: Joins the keys' fingerprint: no named policy shares a drop-in's state.
 FINGERPRINT_EXTRA = "drf"
 #: The module path a project's settings name the drop-in's classes by.
 MODULE = "django_rl.contrib.drf."
 
-_policies: dict[tuple[str | None, int, int], Policy] = {}
-_building = threading.Lock()
-
-
-def policy_name(scope: str | None) -> str:
-    """Return the policy name of a DRF ``scope``: ``drf.<scope>``, a digest, or ``drf``."""
-    if not scope:
-        return "drf"
-    name = f"drf.{scope}"
-    if SAFE_NAME.fullmatch(name):
-        return name
-    digest = hashlib.blake2b(str(scope).encode("utf-8", "surrogatepass"), digest_size=8)
-    return f"drf.x{digest.hexdigest()}"
-
-
-def _no_identity(request: Any) -> None:
-    """The drop-in passes each identity (``get_cache_key``); the policy identifies nothing."""
-    return None
-
-
-def policy_for(scope: str | None, limit: int, period: int) -> Policy:
-    """Return the policy of ``scope`` at ``limit`` requests per ``period`` seconds.
-
-    Built on first use and kept until ``DJANGO_RL`` or ``CACHES`` change.
-
-    :raises ConfigurationError: if the rate is beyond what a policy takes.
-    """
-    found = _policies.get((scope, limit, period))
-    if found is not None:
-        return found
-    with _building:
-        found = _policies.get((scope, limit, period))
-        if found is None:
-            rate = str(Rate(limit=limit, period_ms=period * 1000))
-            name = policy_name(scope)
-            spec = {"algorithm": ALGORITHM, "rate": rate, "key": _no_identity}
-            found = build_policy(
-                name,
-                spec,
-                get_settings(),
-                where=f"DRF throttle of scope {scope!r} at {rate!r}",
-                extra=FINGERPRINT_EXTRA,
-            )
-            _policies[(scope, limit, period)] = found
-    return found
+#: The DRF drop-in's policies (``throttle_policies.py``).
+POLICIES = ThrottlePolicies(FINGERPRINT_EXTRA, "DRF throttle")
+_policies = POLICIES.built
+#: The policy name of a DRF ``scope``: ``drf.<scope>``, a digest, or ``drf``.
+policy_name = POLICIES.name
+#: The policy of a scope at ``limit`` requests per ``period`` seconds, built once.
+policy_for = POLICIES.policy_for
+_add = POLICIES.add
 
 
 def known_policies() -> list[Policy]:
@@ -110,18 +66,6 @@ def known_policies() -> list[Policy]:
     for scope, text in _view_rates():
         _add(scope, text)
     return list(_policies.values())
-
-
-def _add(scope: str | None, text: object) -> None:
-    """Build the policy of ``scope`` at the rate ``text``, unless it has none or a bad one."""
-    if text is None:
-        return
-    try:
-        rate = parse_rate(text)
-    except RateError:
-        return
-    if rate.period_ms % 1000 == 0:
-        policy_for(scope, rate.limit, rate.period_ms // 1000)
 
 
 def _view_rates() -> list[tuple[str | None, object]]:
@@ -166,15 +110,6 @@ def _scope_and_rate(drf: Any, throttle_class: Any, view: Any) -> tuple[str | Non
         throttle.scope = getattr(view, throttle_class.scope_attr, None)
         return (throttle.scope, throttle.get_rate() if throttle.scope else None)
     return (throttle.scope, getattr(throttle, "rate", None) or throttle.get_rate())
-
-
-def _forget_policies() -> None:
-    with _building:
-        _policies.clear()
-
-
-# The policies hold the connection, the key prefix and fail_open.
-forget_on_change(_forget_policies, "DJANGO_RL", "CACHES")
 
 
 __all__ = ["ALGORITHM", "known_policies", "policy_for", "policy_name"]

@@ -17,6 +17,7 @@ from rest_framework.test import APIRequestFactory
 from rest_framework.views import APIView
 
 from django_rl.contrib import drf as dropin
+from django_rl.contrib import throttle_logs
 from django_rl.contrib.drf_policies import policy_for
 from django_rl.signals import rate_limited
 from tests.policies.test_fallback import dead_redis  # noqa: F401 (a fixture)
@@ -262,8 +263,10 @@ def test_a_request_allowed_while_redis_cannot_answer_asks_nothing_more(
             return True
 
     changes = []
-    real = dropin.change_log
-    monkeypatch.setattr(dropin, "change_log", lambda *a, **k: changes.append(a) or real(*a, **k))
+    real = throttle_logs.change_log  # what the drop-in's hooks call (contrib/throttle_logs.py)
+    monkeypatch.setattr(
+        throttle_logs, "change_log", lambda *a, **k: changes.append(a) or real(*a, **k)
+    )
     for throttle in (Plain, Uncounted):
         request = Request(FACTORY.get("/", REMOTE_ADDR=IP))
         assert throttle().allow_request(request, None) is True  # FAIL_OPEN
