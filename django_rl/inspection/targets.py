@@ -9,7 +9,7 @@ address have under its policy, which depends on the policy:
 * the django-ratelimit drop-in's (``@<group>`` without an inline
   ``@ratelimit`` of that group): ``ip:<address>`` grouped by
   ``RATELIMIT_IPV4_MASK`` / ``RATELIMIT_IPV6_MASK``;
-* the DRF drop-in's (``drf.<scope>``): it counts by cache key,
+* the DRF and Ninja drop-ins' (``drf.<scope>``, ``ninja.<scope>``): they count by cache key,
   ``throttle_<scope>_<address>`` (DRF's ``cache_format``, each address on
   its own), and passes beside it the ``ip:`` identity of that address,
   grouped by the settings' prefixes, which overrides match.
@@ -26,6 +26,7 @@ from collections.abc import Mapping
 
 from django_rl.conf import get_settings
 from django_rl.contrib.drf_policies import policy_name as drf_policy_name
+from django_rl.contrib.ninja_policies import POLICIES as NINJA_POLICIES
 from django_rl.contrib.ratelimit.conf import ipv4_mask, ipv6_mask
 from django_rl.core.identities import UNKNOWN_IP, AddressForm, _normalize_address
 from django_rl.core.identities import address_form as key_address_form
@@ -66,16 +67,25 @@ def address_form(policy: str) -> AddressForm | None:
     return AddressForm("ip:", settings.ipv4_prefix, settings.ipv6_prefix)
 
 
+#: The throttle drop-ins (DRF's, Ninja's: the same cache keys) by family: their names of a scope.
+_THROTTLE_FAMILIES = (("drf", drf_policy_name), ("ninja", NINJA_POLICIES.name))
+
+
 def _drf_head(policy: str) -> str | None:
-    """Return ``throttle_<scope>_``, how a DRF drop-in policy's cache keys start, or ``None``."""
+    """Return ``throttle_<scope>_``, how a throttle drop-in policy's cache keys start, or ``None``.
+
+    The DRF drop-in's (``drf.<scope>``) and the Ninja drop-in's (``ninja.<scope>``).
+    """
     if policy in {**registered_policies(), **get_settings().policies}:
         return None  # a policy of that name in settings is not the drop-in's
-    if policy != "drf" and not policy.startswith("drf."):
-        return None
-    scope = policy.removeprefix("drf").removeprefix(".") or None
-    if drf_policy_name(scope) != policy:
-        return None  # a digest of a scope, which the name cannot give back
-    return DRF_CACHE_FORMAT % {"scope": scope, "ident": ""}
+    for family, name_of in _THROTTLE_FAMILIES:
+        if policy != family and not policy.startswith(f"{family}."):
+            continue
+        scope = policy.removeprefix(family).removeprefix(".") or None
+        if name_of(scope) != policy:
+            return None  # a digest of a scope, which the name cannot give back
+        return DRF_CACHE_FORMAT % {"scope": scope, "ident": ""}
+    return None
 
 
 def dropin_target(policy: str, text: str) -> str:
@@ -91,9 +101,9 @@ def dropin_target(policy: str, text: str) -> str:
     head = _drf_head(policy)
     if head is None or not text.strip().startswith("user:"):
         return text
-    if policy == "drf.anon":
+    if policy in ("drf.anon", "ninja.anon"):
         raise TargetError(
-            f"{short_repr(text)}: policy 'drf.anon' (DRF's AnonRateThrottle) never throttles "
+            f"{short_repr(text)}: policy {policy!r} (an AnonRateThrottle) never throttles "
             "signed-in users: name an address"
         )
     return head + text.strip().removeprefix("user:")

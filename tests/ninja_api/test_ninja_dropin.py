@@ -154,3 +154,13 @@ def test_one_throttle_shared_by_threads_keeps_each_requests_state():
         thread.join()
     assert sum(allowed for allowed, _ in results) == 20
     assert all(wait is not None and wait > 0 for allowed, wait in results if not allowed)
+
+
+def test_the_operators_tools_name_an_address_as_the_dropin_counts_it():
+    from django_rl.inspection.targets import address_identity, dropin_target
+    from django_rl.overrides.rules import TargetError
+
+    assert address_identity("ninja.anon", "127.0.0.1") == "throttle_anon_127.0.0.1"
+    assert dropin_target("ninja.user", "user:42") == "throttle_user_42"
+    with pytest.raises(TargetError, match="never throttles signed-in users"):
+        dropin_target("ninja.anon", "user:42")
