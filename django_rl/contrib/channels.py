@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from channels.consumer import SyncConsumer
+from channels.exceptions import StopConsumer
 
 from django_rl import leases
 from django_rl.contrib.channels_checks import CONSUMERS, names_of
@@ -107,6 +108,7 @@ def _connect(self: Any, message: Any) -> None:
         verdict = _limit(names).decide(_request(self))
         if verdict.blocking:
             leases.release(verdict.held)
+            self._rl_denied = True
             self.accept()
             self.close(code=self.rate_limit_close_code)
             return
@@ -115,6 +117,8 @@ def _connect(self: Any, message: Any) -> None:
 
 
 def _receive(self: Any, message: Any) -> None:
+    if self._rl_denied:
+        return  # a frame sent before the close of a denied connect: connect() never ran
     names = _names(self, "message_policies")
     if not names:
         super(RateLimitMixin, self).websocket_receive(message)
@@ -130,6 +134,8 @@ def _receive(self: Any, message: Any) -> None:
 
 
 def _disconnect(self: Any, message: Any) -> None:
+    if self._rl_denied:
+        raise StopConsumer  # connect() never ran: nor does disconnect(), nor the groups
     held = self.__dict__.pop("_rl_held", None)
     try:
         super(RateLimitMixin, self).websocket_disconnect(message)
@@ -152,6 +158,7 @@ async def _aconnect(self: Any, message: Any) -> None:
         verdict = await _limit(names).adecide(_request(self))
         if verdict.blocking:
             await leases.arelease(verdict.held)
+            self._rl_denied = True
             await self.accept()
             await self.close(code=self.rate_limit_close_code)
             return
@@ -160,6 +167,8 @@ async def _aconnect(self: Any, message: Any) -> None:
 
 
 async def _areceive(self: Any, message: Any) -> None:
+    if self._rl_denied:
+        return  # a frame sent before the close of a denied connect: connect() never ran
     names = _names(self, "message_policies")
     if not names:
         await super(RateLimitMixin, self).websocket_receive(message)
@@ -176,6 +185,8 @@ async def _areceive(self: Any, message: Any) -> None:
 
 
 async def _adisconnect(self: Any, message: Any) -> None:
+    if self._rl_denied:
+        raise StopConsumer  # connect() never ran: nor does disconnect(), nor the groups
     held = self.__dict__.pop("_rl_held", None)
     try:
         await super(RateLimitMixin, self).websocket_disconnect(message)
@@ -200,6 +211,8 @@ class RateLimitMixin:
     connect_policies: ClassVar[Sequence[str]] = ()
     message_policies: ClassVar[Sequence[str]] = ()
     rate_limit_close_code: ClassVar[int] = 4029
+    #: This connect was denied: its frames and its disconnect reach nothing of the consumer's.
+    _rl_denied = False
 
     websocket_connect = _Sided(_connect, _aconnect)
     websocket_receive = _Sided(_receive, _areceive)

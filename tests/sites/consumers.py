@@ -34,6 +34,9 @@ class AsyncChat(RateLimitMixin, AsyncWebsocketConsumer):
         CALLS.append(f"receive:{text_data}")
         await self.send(text_data=f"echo:{text_data}")
 
+    async def disconnect(self, code: int) -> None:
+        CALLS.append("disconnect")
+
 
 class SyncChat(RateLimitMixin, WebsocketConsumer):
     connect_policies = ("ws_connect",)
@@ -46,6 +49,9 @@ class SyncChat(RateLimitMixin, WebsocketConsumer):
     def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         CALLS.append(f"receive:{text_data}")
         self.send(text_data=f"echo:{text_data}")
+
+    def disconnect(self, code: int) -> None:
+        CALLS.append("disconnect")
 
 
 class UserChat(RateLimitMixin, AsyncWebsocketConsumer):

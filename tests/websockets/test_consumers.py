@@ -69,7 +69,8 @@ def test_a_denied_connect_is_accepted_then_closed_with_4029(consumer):
 
     closes = asyncio.run(main())
     assert closes == [None, None, {"type": "websocket.close", "code": 4029}]
-    assert consumers.CALLS == ["connect", "connect"]  # the third never reached connect()
+    # The third never reached connect(), nor disconnect().
+    assert consumers.CALLS == ["connect", "disconnect", "connect", "disconnect"]
 
 
 @pytest.mark.parametrize("consumer", [consumers.AsyncChat, consumers.SyncChat])
@@ -90,7 +91,7 @@ def test_a_denied_message_never_reaches_receive(consumer):
         denied = json.loads(answer)
         assert denied["error"] == "rate_limited"
         assert isinstance(denied["retry_after"], int) and 0 < denied["retry_after"] <= 60
-    assert consumers.CALLS == ["connect", "receive:m0", "receive:m1", "receive:m2"]
+    assert consumers.CALLS == ["connect", "receive:m0", "receive:m1", "receive:m2", "disconnect"]
 
 
 def test_rate_limited_is_a_coroutine_on_async_consumers_only():
