@@ -242,3 +242,28 @@ def test_check_imports_asgi_application(settings):
                 CONSUMERS.discard(consumer)
     settings.ASGI_APPLICATION = "tests.sites.no_such_module.application"
     assert [e.id for e in check_consumers()] == ["django_rl.E122"]
+
+
+@pytest.mark.parametrize("consumer", [consumers.AsyncChat, consumers.SyncChat])
+@pytest.mark.parametrize("fail_open", [True, False])
+def test_redis_down_follows_fail_open(settings, consumer, fail_open):
+    from tests.support.redis_server import caches_for, free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    settings.CACHES = caches_for(url, SOCKET_CONNECT_TIMEOUT=0.2, SOCKET_TIMEOUT=0.2)
+    settings.DJANGO_RL = {"POLICIES": POLICIES, "FAIL_OPEN": fail_open}
+
+    async def main() -> tuple[Any, str | None]:
+        communicator, closed = await open_socket(client_app(consumer, "198.51.100.30"))
+        answer = None
+        if closed is None:
+            await communicator.send_to(text_data="hi")
+            answer = await communicator.receive_from()
+        await communicator.disconnect()
+        return closed, answer
+
+    closed, answer = asyncio.run(main())
+    if fail_open:
+        assert (closed, answer) == (None, "echo:hi")
+    else:
+        assert closed == {"type": "websocket.close", "code": 4029}
