@@ -14,6 +14,7 @@ rules: the same function decides, none copied. Imports no Channels.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cached_property
 from typing import Any
 
 from django.http import QueryDict
@@ -72,10 +73,20 @@ class ScopeRequest:
         self.path = scope.get("path", "")
         self.path_info = self.path
         self.user = scope.get("user")
-        self.headers = HttpHeaders(meta)
-        self.GET = QueryDict(meta["QUERY_STRING"])
-        self.POST = QueryDict()
         self.COOKIES = scope.get("cookies") or {}
+
+    # Made when a key reads them (``header:``, ``get:``, ``post:``), not per message.
+    @cached_property
+    def headers(self) -> HttpHeaders:
+        return HttpHeaders(self.META)
+
+    @cached_property
+    def GET(self) -> QueryDict:
+        return QueryDict(self.META["QUERY_STRING"])
+
+    @cached_property
+    def POST(self) -> QueryDict:
+        return QueryDict()
 
     async def auser(self) -> Any:
         """The scope's user (Channels' ``AuthMiddleware`` resolved it before the consumer)."""

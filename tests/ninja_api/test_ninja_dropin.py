@@ -164,3 +164,14 @@ def test_the_operators_tools_name_an_address_as_the_dropin_counts_it():
     assert dropin_target("ninja.user", "user:42") == "throttle_user_42"
     with pytest.raises(TargetError, match="never throttles signed-in users"):
         dropin_target("ninja.anon", "user:42")
+
+
+def test_cache_and_history_are_the_dropins_log():
+    """A subclass that reads Ninja's history itself (``self.cache.get(self.key, [])``) sees ours."""
+    throttle = dropin.AnonRateThrottle("5/m")
+    request = RequestFactory().get("/", REMOTE_ADDR="192.0.2.17")
+    request.auth = None
+    assert throttle.allow_request(request) and throttle.allow_request(request)
+    assert len(throttle.cache.get(throttle.key, [])) == 2
+    assert len(throttle.history) == 2
+    assert 0 < throttle.wait() <= 60 / 4
