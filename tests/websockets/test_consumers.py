@@ -21,6 +21,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer, WebsocketConsumer
 from channels.testing import WebsocketCommunicator
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from django.test import override_settings
 
 from django_rl.contrib.channels import RateLimitMixin
 from django_rl.contrib.channels_checks import CONSUMERS, check_consumers
@@ -267,3 +268,29 @@ def test_redis_down_follows_fail_open(settings, consumer, fail_open):
         assert (closed, answer) == (None, "echo:hi")
     else:
         assert closed == {"type": "websocket.close", "code": 4029}
+
+
+@pytest.mark.parametrize("consumer", [consumers.AsyncChat, consumers.SyncChat])
+def test_messages_of_many_sockets_at_once_are_counted_exactly(consumer):
+    """20 sockets of one address send 3 frames each, all at once: exactly 3 of 60 get through."""
+
+    async def one() -> list[str]:
+        communicator = WebsocketCommunicator(client_app(consumer, "198.51.100.40"), "/ws/")
+        connected, _ = await communicator.connect()
+        if not connected:
+            return []
+        for n in range(3):
+            await communicator.send_to(text_data=f"m{n}")
+        answers = [await communicator.receive_from() for _ in range(3)]
+        await communicator.disconnect()
+        return answers
+
+    async def main() -> list[str]:
+        return [a for answers in await asyncio.gather(*(one() for _ in range(20))) for a in answers]
+
+    # Every socket may connect (ws_connect at 100/m); ws_message stays 3/m.
+    policies = {**POLICIES, "ws_connect": {**POLICIES["ws_connect"], "rate": "100/m"}}
+    with override_settings(DJANGO_RL={"POLICIES": policies}):
+        answers = asyncio.run(main())
+    assert len(answers) == 60
+    assert sum(a.startswith("echo:") for a in answers) == 3
