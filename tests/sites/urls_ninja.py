@@ -2,7 +2,7 @@
 
 Each API limits its operations by ``AnonRateThrottle("50/m")``, the
 drop-in's or Ninja's, plus one async operation and one with a second
-throttle (``/rl/two``: 50/m and 3/s per address; the 3/s denies first).
+throttle (``/rl/two``: 50/m and 3/m per address; the 3/m denies first).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Burst(dropin.AnonRateThrottle):
     scope = "burst"
 
 
-@ours.get("/two", throttle=[dropin.AnonRateThrottle(RATE), Burst("3/s")])
+@ours.get("/two", throttle=[dropin.AnonRateThrottle(RATE), Burst("3/m")])
 def two(request: Any) -> str:
     return "OK"
 
