@@ -1,4 +1,4 @@
-"""The ASGI application daphne serves in ``tests/websockets/test_websocket_server.py``.
+"""The ASGI application daphne and uvicorn serve in ``tests/websockets/test_websocket_server.py``.
 
 Websockets by path to the consumers of ``consumers.py``; the settings are
 ``settings_channels.py`` (the test's redis-server from the environment).

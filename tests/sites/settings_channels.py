@@ -1,4 +1,4 @@
-"""Settings of the site daphne serves in ``tests/websockets/test_websocket_server.py``.
+"""Settings of the site daphne and uvicorn serve in ``tests/websockets/test_websocket_server.py``.
 
 ``DJANGO_RL_TEST_REDIS``: the URL of the test's redis-server.
 """
