@@ -33,7 +33,7 @@ The identities come from the scope (``channels_scope.py``): ``ip`` is the
 scope's headers; ``user`` and ``user_or_ip`` read ``scope["user"]``
 (Channels' ``AuthMiddlewareStack``); ``header:<Name>`` a header of the
 handshake. ``manage.py check`` reports a consumer's unknown policies
-(``django_rl.E120``, ``channels_checks.py``).
+(``django_rl.E140``, ``channels_checks.py``).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def _names(consumer: Any, attribute: str) -> tuple[str, ...]:
     if names is None:
         raise ConfigurationError(
             f"{type(consumer).__qualname__}.{attribute} is not a list of policy names "
-            "(django_rl.E121)"
+            "(django_rl.E141)"
         )
     return names
 

@@ -1,4 +1,4 @@
-"""``manage.py check`` for the Channels mixin: consumers name policies that exist (``E120``).
+"""``manage.py check`` for the Channels mixin: consumers name policies that exist (``E140``).
 
 Every class made with ``django_rl.contrib.channels.RateLimitMixin`` is
 noted here when it is defined (:data:`CONSUMERS`). The check imports the
@@ -42,7 +42,7 @@ def names_of(consumer: type, attribute: str) -> tuple[str, ...] | None:
 
 @register(SETTINGS_TAG)
 def check_consumers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Report the consumers' unknown policies (``E120``) and malformed lists (``E121``)."""
+    """Report the consumers' unknown policies (``E140``) and malformed lists (``E141``)."""
     errors: list[CheckMessage] = []
     application = getattr(django_settings, "ASGI_APPLICATION", None)
     if isinstance(application, str) and application:
@@ -54,7 +54,7 @@ def check_consumers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
                     f"ASGI_APPLICATION {application!r} does not import ({type(exc).__name__}: "
                     f"{exc}): its consumers' policies cannot be checked",
                     hint="Point ASGI_APPLICATION at the dotted path of your ASGI application.",
-                    id="django_rl.E122",
+                    id="django_rl.E142",
                 )
             )
     for consumer in sorted(CONSUMERS, key=lambda c: f"{c.__module__}.{c.__qualname__}"):
@@ -68,7 +68,7 @@ def check_consumers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
                         "not a list of policy names",
                         hint=f"Write e.g. {attribute} = ['chat_messages'] (a list or tuple of "
                         "names; a bare string is a common slip).",
-                        id="django_rl.E121",
+                        id="django_rl.E141",
                     )
                 )
                 continue
@@ -82,7 +82,7 @@ def check_consumers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
                             f"{where}.{attribute} names the policy {name!r}, which does not exist",
                             hint=f"Define it in DJANGO_RL['POLICIES'] or with register_policy. "
                             f"Known policies: {known}.",
-                            id="django_rl.E120",
+                            id="django_rl.E140",
                         )
                     )
     return errors

@@ -174,4 +174,4 @@ def test_cache_and_history_are_the_dropins_log():
     assert throttle.allow_request(request) and throttle.allow_request(request)
     assert len(throttle.cache.get(throttle.key, [])) == 2
     assert len(throttle.history) == 2
-    assert 0 < throttle.wait() <= 60 / 4
+    assert 0 < throttle.wait() <= 60 / 4 + 0.01  # (the log read back on the server clock)

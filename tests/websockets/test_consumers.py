@@ -223,10 +223,10 @@ def test_check_reports_unknown_policies_of_consumers(settings):
     try:
         found = {(e.id, e.msg.split(" names ")[0].split(" is ")[0]) for e in check_consumers()}
         where = f"{__name__}.test_check_reports_unknown_policies_of_consumers.<locals>.Typo"
-        assert ("django_rl.E120", f"{where}.connect_policies") in found
-        assert ("django_rl.E121", f"{where}.message_policies") in found
+        assert ("django_rl.E140", f"{where}.connect_policies") in found
+        assert ("django_rl.E141", f"{where}.message_policies") in found
         assert all(
-            not e.id.startswith("django_rl.E12") or "Typo" in e.msg for e in check_consumers()
+            not e.id.startswith("django_rl.E14") or "Typo" in e.msg for e in check_consumers()
         )
     finally:
         CONSUMERS.discard(Typo)
@@ -235,14 +235,14 @@ def test_check_reports_unknown_policies_of_consumers(settings):
 def test_check_imports_asgi_application(settings):
     settings.ASGI_APPLICATION = "tests.sites.asgi_unknown.application"
     try:
-        with pytest.raises(SystemCheckError, match=r"django_rl.E120.*'ws_nowhere'"):
+        with pytest.raises(SystemCheckError, match=r"django_rl.E140.*'ws_nowhere'"):
             call_command("check")
     finally:
         for consumer in list(CONSUMERS):
             if consumer.__module__ == "tests.sites.asgi_unknown":
                 CONSUMERS.discard(consumer)
     settings.ASGI_APPLICATION = "tests.sites.no_such_module.application"
-    assert [e.id for e in check_consumers()] == ["django_rl.E122"]
+    assert [e.id for e in check_consumers()] == ["django_rl.E142"]
 
 
 @pytest.mark.parametrize("consumer", [consumers.AsyncChat, consumers.SyncChat])
