@@ -12,6 +12,7 @@ from django_rl.algorithms.base import (
 from django_rl.algorithms.concurrency import Concurrency
 from django_rl.algorithms.fixed_window import FixedWindow
 from django_rl.algorithms.gcra import Gcra
+from django_rl.algorithms.quota import Quota
 from django_rl.algorithms.sliding_log import SlidingLog
 from django_rl.algorithms.sliding_window import SlidingWindow
 from django_rl.algorithms.static import DenyAll, StaticAlgorithm, Unlimited
@@ -24,6 +25,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     Gcra.name: Gcra,
     SlidingWindow.name: SlidingWindow,
     Concurrency.name: Concurrency,
+    Quota.name: Quota,
 }
 
 #: Every parameter any algorithm takes; a policy key outside this set and the

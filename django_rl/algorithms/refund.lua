@@ -16,10 +16,11 @@ local refunds = {
   fixed_window = fixed_window_refund, sliding_log = sliding_log_refund,
   token_bucket = token_bucket_refund, gcra = gcra_refund,
   sliding_window = sliding_window_refund, concurrency = concurrency_refund,
+  quota = quota_refund,
 }
 local looks = {
   fixed_window = fixed_window, sliding_log = sliding_log, token_bucket = token_bucket,
-  gcra = gcra, sliding_window = sliding_window, concurrency = concurrency,
+  gcra = gcra, sliding_window = sliding_window, concurrency = concurrency, quota = quota,
 }
 
 local now = clock(ARGV[1])

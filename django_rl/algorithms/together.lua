@@ -21,7 +21,7 @@
 
 local algorithms = {
   fixed_window = fixed_window, sliding_log = sliding_log, token_bucket = token_bucket,
-  gcra = gcra, sliding_window = sliding_window, concurrency = concurrency,
+  gcra = gcra, sliding_window = sliding_window, concurrency = concurrency, quota = quota,
 }
 
 local now = clock(ARGV[1])

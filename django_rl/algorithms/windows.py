@@ -7,6 +7,10 @@ from typing import Any
 from django_rl.core.rates import Rate
 
 
+#: A calendar period's usual length in seconds (a month: 30 days; a year: 365).
+NOMINAL_SECONDS = {"day": 86_400, "week": 604_800, "month": 2_592_000, "year": 31_536_000}
+
+
 def quota_window(algorithm: Any) -> int | None:
     """Return ``w``: the seconds the policy's rate takes to grant its whole quota.
 
@@ -17,6 +21,12 @@ def quota_window(algorithm: Any) -> int | None:
     ``None`` for an algorithm without a rate (``rate: None``).
     """
     rate = getattr(algorithm, "rate", None)
+    calendar = getattr(algorithm, "calendar", None)
+    if calendar is not None:
+        # A calendar quota's window is its period's, which varies (a 23-hour
+        # day, a 28-day month): each Decision from Redis has its own. This is
+        # the nominal one, for Decisions made without Redis (an outage).
+        return NOMINAL_SECONDS[calendar.period]
     if not isinstance(rate, Rate):
         return None
     if rate.denies_all:  # "0/<period>": nothing is granted; clients are told to wait a period

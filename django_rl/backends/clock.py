@@ -156,6 +156,22 @@ class ServerClock:
         _, high = bounds.widened(time.monotonic())
         return low_ms, max(low_ms, math.ceil((time.monotonic() + high) * 1000))
 
+    def estimate_ms(self) -> int | None:
+        """Return the middle of the bounds of the server's time in ms, without any round trip.
+
+        ``None`` while nothing is known of it (no reading yet), or the bounds
+        are wider than an hour. For callers that only need to be near the
+        server's time and learn it from their own replies (``quota``).
+        """
+        bounds = self._bounds
+        if bounds is None:
+            return None
+        now = time.monotonic()
+        low, high = bounds.widened(now)
+        if not high - low < 3600.0:
+            return None
+        return math.floor((now + (low + high) / 2) * 1000)
+
     def resync(self) -> None:
         """Read ``TIME`` now (or wait for a thread that is reading it).
 

@@ -40,10 +40,11 @@ def static(name: str, variant: Variant, cost: int) -> Decision:
     if type(cost) is not int or cost < 1:
         raise ValueError(f"cost must be a whole number of at least 1, not {short_repr(cost)}")
     assert isinstance(variant.algorithm, StaticAlgorithm)
-    allowed, remaining, retry_ms, reset_ms = variant.algorithm.outcome
+    outcome = variant.algorithm.outcome
+    allowed, remaining, retry_ms, reset_ms = outcome
     return Decision(
         allowed, variant.limit, remaining, retry_ms / 1000, reset_ms / 1000, name,
-        False, variant.window,
+        False, getattr(outcome, "window", variant.window),
     )  # fmt: skip
 
 

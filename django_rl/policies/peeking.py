@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 
 from django_rl.algorithms import Outcome, StaticAlgorithm
 from django_rl.algorithms.base import apeek as apeek_algorithm
+from django_rl.algorithms.quota import Periodic
 from django_rl.backends.aio_node import arun, async_capable
 from django_rl.core.decision import Decision
 from django_rl.core.switches import LIMITS
@@ -88,5 +89,5 @@ def peek_decision(
     allowed, remaining, retry_ms, reset_ms = outcome
     return Decision(
         allowed, variant.limit, remaining, retry_ms / 1000, reset_ms / 1000, policy.name,
-        False, variant.window,
+        False, outcome.window if type(outcome) is Periodic else variant.window,
     )  # fmt: skip

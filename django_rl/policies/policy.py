@@ -34,6 +34,7 @@ from redis.exceptions import RedisError
 from django_rl.algorithms import Outcome, StaticAlgorithm
 from django_rl.algorithms.base import new_tuple
 from django_rl.algorithms.concurrency import Held
+from django_rl.algorithms.quota import Periodic
 from django_rl.backends.aio_node import arun, async_capable
 from django_rl.backends.given_time import given_ms
 from django_rl.core.decision import Decision
@@ -378,7 +379,7 @@ class Policy(PolicyShape):
         # Positional: this runs on every decision, and keywords cost more.
         decision = Decision(
             allowed, variant.limit, remaining, retry_after_ms / 1000, reset_after_ms / 1000,
-            self.name, False, variant.window,
+            self.name, False, outcome.window if type(outcome) is Periodic else variant.window,
         )  # fmt: skip
         if type(outcome) is Held:
             # A concurrency hit that took slots (only a counted one does).

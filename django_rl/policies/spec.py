@@ -267,7 +267,8 @@ def _algorithm(spec: Mapping[str, Any], where: str, problems: list[Problem]) -> 
         )
         return None
     needs = ", ".join(sorted(kind.parameters))
-    missing = sorted(kind.parameters - set(spec))
+    optional: frozenset[str] = getattr(kind, "optional_parameters", frozenset())
+    missing = sorted(kind.parameters - optional - set(spec))
     if missing:
         problems.append(
             Problem(
@@ -292,8 +293,15 @@ def _algorithm(spec: Mapping[str, Any], where: str, problems: list[Problem]) -> 
     except RateError as exc:
         problems.append(Problem("django_rl.E007", f"{where}: {exc}", RATE_HINT))
     except ParameterError as exc:
-        problems.append(Problem("django_rl.E010", f"{where}: {exc}", f"{kind.name} takes {needs}."))
+        hint = getattr(exc, "hint", None) or f"{kind.name} takes {needs}."
+        problems.append(Problem("django_rl.E010", f"{where}{_key_message(exc)}", hint))
     return None
+
+
+def _key_message(exc: ParameterError) -> str:
+    """A parameter error's message after the policy's name: ``['key'] ...`` reads as an index."""
+    text = str(exc)
+    return text if text.startswith("[") else f": {text}"
 
 
 def fallback_rate_problems(spec: Mapping[str, object], where: str) -> list[Problem]:

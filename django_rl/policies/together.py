@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 #: The algorithms a script of several policies can hold: each a ``<name>.lua``.
 FRAGMENTS = (
     "fixed_window", "sliding_log", "token_bucket", "gcra", "sliding_window", "concurrency",
+    "quota",
 )  # fmt: skip
 
 SCRIPT = LuaScript.from_parts(
