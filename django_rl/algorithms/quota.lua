@@ -6,6 +6,7 @@
 --
 -- keys     the counters of the candidate periods, in order: <key>:<start s>
 -- args[1]  limit
+-- args[2]  grace: ms the counter outlives its period
 -- then per candidate: its start and end in ms (end = the next one's start)
 --
 -- Returns {allowed (1/0, or -1: no candidate holds `now`), remaining,
@@ -16,7 +17,7 @@ local function quota(keys, now, cost, commit, args)
   local limit = tonumber(args[1])
   local key, start, stop
   for i = 1, #keys do
-    local s, e = tonumber(args[2 * i]), tonumber(args[2 * i + 1])
+    local s, e = tonumber(args[2 * i + 1]), tonumber(args[2 * i + 2])
     if s <= now and now < e then key, start, stop = keys[i], s, e end
   end
   if not key then return {-1, 0, 0, 0, 0, now, 0, 0} end
@@ -25,12 +26,14 @@ local function quota(keys, now, cost, commit, args)
   local allowed = count + cost <= limit
   if allowed and commit then
     count = redis.call('INCRBY', key, cost)
-    -- The counter dies when its period ends. Relative to now, which holds
-    -- for both clocks: with the server's, it is the end on the server's
-    -- clock; with CLOCK "app" it is the time left on the app's clock,
-    -- counted from when the server runs this (never less, whatever the
-    -- skew). Set only when missing, so writers never shorten it.
-    if redis.call('PTTL', key) < 0 then redis.call('PEXPIRE', key, int(reset)) end
+    -- The counter dies `grace` after its period ends. Relative to now, which
+    -- holds for both clocks: with the server's, it is the end on the
+    -- server's clock; with CLOCK "app" it is the time left on the app's
+    -- clock, counted from when the server runs this (never less, whatever
+    -- the skew), and the grace covers a hit that read the time just before
+    -- the end and reaches the server after it, and app servers whose clocks
+    -- are behind this one's. Set only when missing: writers never shorten it.
+    if redis.call('PTTL', key) < 0 then redis.call('PEXPIRE', key, int(reset + tonumber(args[2]))) end
   end
   if allowed then
     return {1, limit - count, 0, reset, count, now, start, stop}
@@ -43,7 +46,7 @@ end
 local function quota_refund(keys, now, cost, args, done, done_now)
   local start = tonumber(done[7])
   for i = 1, #keys do
-    if tonumber(args[2 * i]) == start then
+    if tonumber(args[2 * i + 1]) == start then
       if redis.call('EXISTS', keys[i]) == 1 then redis.call('DECRBY', keys[i], int(cost)) end
     end
   end

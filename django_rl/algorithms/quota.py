@@ -24,10 +24,13 @@ the periods and the script picks among them by the time:
   asked again around it: two round trips, once per process and server.
 
 The counter's TTL is set relative to ``now`` when the script creates it
-(``PEXPIRE end - now``): on the server's clock, exactly the period's end;
-with ``CLOCK: "app"``, the time left in the period on this host's clock,
-counted from when the server runs the script, so never less whatever the
-skew between the two clocks, and at most a round trip more.
+(``PEXPIRE end - now + GRACE_MS``): on the server's clock, an hour after the
+period's end; with ``CLOCK: "app"``, the time left in the period on this
+host's clock, counted from when the server runs the script, so never less
+whatever the skew between the two clocks, plus the hour. (Without it, a hit
+that read this host's clock a moment before the end and reached the server
+after the counter died would count in a fresh counter of the ended period:
+one hit too many; so would an app server whose clock is behind.)
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ SCRIPT = algorithm_script("quota")
 
 #: The most a quota's ``limit`` may be.
 MAX_LIMIT = 1_000_000_000
+#: How long a counter outlives its period, in ms (see quota.lua): an hour.
+GRACE_MS = 3_600_000
 #: Attempts at finding the server's period before a hit gives up (ClockError).
 MAX_ATTEMPTS = 3
 #: Each parameter's hint (the check's).
@@ -191,7 +196,7 @@ class Quota:
 
     def _arguments(self, key: str, spans: Sequence[Span]) -> tuple[list[str], list[int]]:
         keys = [f"{key}:{span.start // 1000}" for span in spans]
-        args = [self._limit]
+        args = [self._limit, GRACE_MS]
         for span in spans:
             args += (span.start, span.end)
         return keys, args
