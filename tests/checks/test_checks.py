@@ -11,7 +11,7 @@ from django_rl.checks.system import check_settings
 
 GOOD = {"algorithm": "fixed_window", "rate": "5/m"}
 #: Every algorithm, as the hint of an unknown one lists them.
-NAMES = "fixed_window, sliding_log, token_bucket, gcra, sliding_window, concurrency"
+NAMES = "fixed_window, sliding_log, token_bucket, gcra, sliding_window, concurrency, quota"
 
 
 def errors(settings, rl=None, urls="tests.sites.urls_without_limits", **overrides):
