@@ -1,4 +1,4 @@
-"""Calendar periods in a time zone: where the day, week, month or year holding a time begins and ends.
+"""Calendar periods in a time zone: where the period holding a time begins and ends.
 
 A period begins at 00:00 local time on its first day: every day (``day``),
 the ``anchor`` ISO weekday (``week``, 1 = Monday), the ``anchor`` day of the

@@ -77,6 +77,11 @@ HINTS = {
         "'America/New_York' (default: settings.TIME_ZONE); install the 'tzdata' package "
         "where the system has no tz database."
     ),
+    "rate": (
+        "A quota's 'rate' is a function of the request (a callable, or its dotted path) "
+        "that returns the request's quota, '<count>' or '<count>/<period>' (e.g. "
+        "'10000/month'), or None (no limit): a plan's quota. It takes the place of 'limit'."
+    ),
     "anchor": (
         "'anchor' is the day of the month a 'month' period starts on (1-28, default 1) or "
         "the ISO weekday a 'week' starts on (1 = Monday ... 7 = Sunday, default 1); "
@@ -147,11 +152,33 @@ def describe(limit: int, calendar: Calendar) -> str:
     return text + (f" anchor {calendar.anchor}" if calendar.period in ("week", "month") else "")
 
 
+def quota_rate(value: object, period: str) -> tuple[int, str]:
+    """Return the limit and period of a quota's rate, ``'<count>'`` or ``'<count>/<period>'``.
+
+    What a per-plan function (or an operator's rate override) gives a quota;
+    without a period, the policy's ``period``.
+
+    :raises QuotaParameterError: naming ``rate``.
+    """
+    if not isinstance(value, str):
+        raise QuotaParameterError("rate", f"is {short_repr(value)}, not a quota such as '100/day'")
+    count, _, unit = value.strip().partition("/")
+    if not count.isdigit() or len(count) > 10 or (unit and unit not in PERIODS):
+        raise QuotaParameterError("rate", f"is {short_repr(value)}, not a quota such as '100/day'")
+    return int(count), unit or period
+
+
 class Quota:
     name: ClassVar[str] = "quota"
-    parameters: ClassVar[frozenset[str]] = frozenset({"limit", "period", "timezone", "anchor"})
+    parameters: ClassVar[frozenset[str]] = frozenset(
+        {"limit", "period", "timezone", "anchor", "rate"}
+    )
     #: The parameters a spec may leave out.
-    optional_parameters: ClassVar[frozenset[str]] = frozenset({"timezone", "anchor"})
+    optional_parameters: ClassVar[frozenset[str]] = frozenset({"timezone", "anchor", "rate"})
+    #: A required parameter another one stands for: a plan's ``rate`` function for ``limit``.
+    alternatives: ClassVar[dict[str, str]] = {"limit": "rate"}
+    #: What a rate function's policy is judged at (``spec.py``), as ``plans.SAMPLE_RATE``.
+    sample_rate: ClassVar[str] = "1"
     # The counter only grows until the period ends (denied hits count nothing).
     denial_holds_for_any_cost: ClassVar[bool] = True
     state_version: ClassVar[int] = 1
@@ -167,8 +194,13 @@ class Quota:
 
         :raises QuotaParameterError: naming the bad key (a ParameterError).
         """
-        limit = _limit(spec["limit"])
-        calendar = _calendar(spec)
+        if "rate" in spec:
+            # A plan's quota (a rate function's answer) or a rate override's: it
+            # stands for the policy's ``limit`` (and ``period``, if it names one).
+            count, period = quota_rate(spec["rate"], spec["period"])
+            limit, calendar = _limit(count), _calendar({**spec, "period": period})
+        else:
+            limit, calendar = _limit(spec["limit"]), _calendar(spec)
         return ClosedQuota(calendar) if limit == 0 else cls(limit, calendar)
 
     @property
@@ -320,8 +352,8 @@ class ClosedQuota(StaticAlgorithm):
     def __init__(self, calendar: Calendar) -> None:
         self.calendar = calendar
 
-    @property  # type: ignore[override]
-    def outcome(self) -> Outcome:
+    @property  # (a value per moment, read-only)
+    def outcome(self) -> Outcome:  # type: ignore[override]
         now = app_ms()
         span = self.calendar.span(now)
         return periodic((False, 0, span.end - now, span.end - now), span)

@@ -6,7 +6,6 @@ from typing import Any
 
 from django_rl.core.rates import Rate
 
-
 #: A calendar period's usual length in seconds (a month: 30 days; a year: 365).
 NOMINAL_SECONDS = {"day": 86_400, "week": 604_800, "month": 2_592_000, "year": 31_536_000}
 

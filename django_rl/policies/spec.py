@@ -160,7 +160,8 @@ def parse_policy(
                 rate_function = resolve_rate_function(rate)
             except RateSpecError as exc:
                 problems.append(Problem("django_rl.E007", f"{where}: {exc}", RATE_FUNCTION_HINT))
-        spec = {**spec, "rate": SAMPLE_RATE}
+        kind = ALGORITHMS.get(spec.get("algorithm"))  # type: ignore[arg-type]
+        spec = {**spec, "rate": getattr(kind, "sample_rate", SAMPLE_RATE)}
     problems += _mode_problems(spec, where) + fallback_rate_problems(spec, where)
     algorithm = _algorithm(spec, where, problems)
     if problems or not resolve:
@@ -268,7 +269,10 @@ def _algorithm(spec: Mapping[str, Any], where: str, problems: list[Problem]) -> 
         return None
     needs = ", ".join(sorted(kind.parameters))
     optional: frozenset[str] = getattr(kind, "optional_parameters", frozenset())
-    missing = sorted(kind.parameters - optional - set(spec))
+    instead: Mapping[str, str] = getattr(kind, "alternatives", {})
+    missing = sorted(
+        k for k in kind.parameters - optional - set(spec) if instead.get(k, "") not in spec
+    )
     if missing:
         problems.append(
             Problem(

@@ -65,9 +65,14 @@ def test_limit_and_period_are_required(settings: Any, missing: str) -> None:
     assert error.id == "django_rl.E008" and repr(missing) in error.msg
 
 
-def test_a_rate_is_not_a_quota_key(settings: Any) -> None:
+def test_a_quotas_rate_is_a_quota_not_a_rate(settings: Any) -> None:
     (error,) = problems(settings, rate="5/m")
-    assert error.id == "django_rl.E009" and "'rate'" in error.msg
+    assert error.id == "django_rl.E010" and error.msg.startswith(
+        "DJANGO_RL['POLICIES']['api']['rate'] is '5/m'"
+    )
+    assert error.hint and "'10000/month'" in error.hint
+    assert problems(settings, rate="10/day") == []  # stands for limit and period
+    assert get_policy("api").algorithm.description.startswith("quota 10/day")
 
 
 @pytest.mark.parametrize(

@@ -69,10 +69,7 @@ def hammer(policy: Policy, seconds: float) -> tuple[int, int]:
 
 
 def counts(client: redis.Redis) -> dict[int, int]:
-    return {
-        int(key.rsplit(b":", 1)[1]): int(client.get(key) or 0)
-        for key in client.keys("rl:q:*")
-    }
+    return {int(key.rsplit(b":", 1)[1]): int(client.get(key) or 0) for key in client.keys("rl:q:*")}
 
 
 def jump_to(server: ServerUnderFakeClock, client: redis.Redis, target: int) -> None:

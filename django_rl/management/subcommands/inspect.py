@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
+from django_rl.algorithms.base import read_now
+from django_rl.algorithms.quota import Quota
 from django_rl.core.keys import safe_identity
 from django_rl.core.reprs import counted
 from django_rl.exceptions import BackendError
@@ -52,6 +54,12 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
         # fallback or by fail_open), and this command is about Redis's state.
         node = policy.backend.node_for(policy.key(identity))
         rows = _describe(node, policy.algorithm.keys(node, policy.key(identity)))
+        # A calendar quota's period: its start and end in the policy's time zone.
+        period = (
+            read_now(policy.algorithm, node, policy.key(identity)).detail
+            if isinstance(policy.algorithm, Quota)
+            else ""
+        )
     except RedisError as exc:
         raise BackendError(f"could not read policy {policy.name!r}: {exc}") from exc
     decision = policy.peek(identity)
@@ -62,6 +70,8 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     write(f"remaining    {decision.remaining}")
     write(f"retry after  {format_duration(decision.retry_after)}")
     write(f"reset after  {format_duration(decision.reset_after)}")
+    if period:
+        write(f"period       {period}")
     if not rows:
         write("keys         none: no state under this policy")
         return
