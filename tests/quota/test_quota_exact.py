@@ -85,9 +85,12 @@ def midnight(day: dt.date) -> int:
     return int(dt.datetime(day.year, day.month, day.day, tzinfo=NEW_YORK).timestamp())
 
 
-@pytest.mark.parametrize("day", [dt.date(2027, 1, 1), dt.date(2027, 3, 15), dt.date(2027, 11, 7)])
+@pytest.mark.parametrize(
+    ("day", "hours"),
+    [(dt.date(2027, 1, 1), 24), (dt.date(2027, 3, 14), 23), (dt.date(2027, 11, 7), 25)],
+)
 def test_server_clock_exactly_the_limit_on_each_side_of_midnight(
-    settings: Any, clock_server: ServerUnderFakeClock, day: dt.date
+    settings: Any, clock_server: ServerUnderFakeClock, day: dt.date, hours: int
 ) -> None:
     settings.DJANGO_RL = {"POLICIES": {"q": SPEC}}
     policy = get_policy("q")
@@ -102,9 +105,13 @@ def test_server_clock_exactly_the_limit_on_each_side_of_midnight(
     previous = midnight(day - dt.timedelta(days=1))
     assert counts(client) == {previous: LIMIT, boundary: LIMIT}
     assert allowed == (LIMIT, LIMIT)
+    # The day after midnight is 23, 24 or 25 hours long, and the decisions say so.
+    after = policy.peek(ID)
+    assert after.window == hours * 3600 and after.remaining == 0
+    end = midnight(day + dt.timedelta(days=1))
+    assert after.retry_after == pytest.approx(end - server_ms(client) / 1000, abs=1)
     # The keys die an hour after their period's end on the server's clock.
     ttl = client.pttl(f"{policy.key(ID)}:{boundary}")
-    end = midnight(day + dt.timedelta(days=1))
     assert abs((end * 1000 + GRACE_MS - server_ms(client)) - ttl) < 1000
     client.close()
 
