@@ -314,7 +314,7 @@ class Quota:
 
     def keys(self, node: RedisNode, key: str) -> list[str]:
         # The periods either side too: the server's clock may be on the other side of an end.
-        span = self.calendar.span(app_ms())
+        span = self.calendar.span(node.now_ms())
         spans = [self.calendar.preceding(span), span, self.calendar.following(span)]
         return [f"{key}:{s.start // 1000}" for s in spans]
 
