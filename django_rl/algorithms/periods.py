@@ -59,7 +59,7 @@ class Calendar:
         self.zone = zone
         self.anchor = anchor
         # The last span asked for: nearly every call is inside it.
-        self._last = Span(0, 0)
+        self._last = self._following = self._preceding = Span(0, 0)
 
     def span(self, ms: int) -> Span:
         """Return the period holding ``ms`` (ms since the epoch)."""
@@ -74,16 +74,24 @@ class Calendar:
         return span
 
     def following(self, span: Span) -> Span:
-        """Return the period after ``span``."""
+        """Return the period after ``span`` (the last answer kept: asked on most hits)."""
+        kept = self._following
+        if kept.start == span.end:
+            return kept
         first = dt.datetime.fromtimestamp(span.end // 1000, self.zone).date()
-        return Span(span.end, self._midnight(self._next_first_day(first)))
+        kept = self._following = Span(span.end, self._midnight(self._next_first_day(first)))
+        return kept
 
     def preceding(self, span: Span) -> Span:
-        """Return the period before ``span``."""
+        """Return the period before ``span`` (the last answer kept, as :meth:`following`)."""
+        kept = self._preceding
+        if kept.end == span.start:
+            return kept
         first = self._first_day(
             dt.datetime.fromtimestamp((span.start - 1) // 1000, self.zone).date()
         )
-        return Span(self._midnight(first), span.start)
+        kept = self._preceding = Span(self._midnight(first), span.start)
+        return kept
 
     def local(self, ms: int) -> dt.datetime:
         """Return ``ms`` as a time in this calendar's zone (to show people)."""

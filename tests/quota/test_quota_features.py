@@ -217,3 +217,23 @@ def test_the_admins_live_counters_show_the_period(admin_client: Any) -> None:
     local = dt.datetime.now(ZoneInfo(ZONE))
     assert row["detail"].startswith(f"month {local:%Y-%m}-01 00:00 to ")
     assert row["detail"].endswith(f"({ZONE})")
+
+
+@pytest.mark.topologies
+def test_across_cluster_slots_a_denial_takes_back_the_quota_counted(redis_cluster: Any) -> None:
+    from django.test import override_settings
+
+    with override_settings(CACHES=redis_cluster.caches(), DJANGO_RL={"POLICIES": POLICIES}):
+        redis_cluster.flush()
+        q, q2 = get_policy("q"), get_policy("q2")
+        first, second = "ip:10.0.0.1", "ip:10.0.0.2"
+        backend = q.backend
+        assert backend.slot_of(q.key(first)) != backend.slot_of(q2.key(second))
+        for _ in range(3):
+            q2.hit(second)  # q2's 3 a day spent: it denies every later hit
+        for _ in range(3):
+            decisions = hit_many([("q", first, 1), ("q2", second, 1)])
+            assert [d.allowed for d in decisions] == [True, False]
+        assert q.peek(first).remaining == 5  # each reserved hit taken back
+        assert [d.allowed for d in hit_many([("q", first, 5)])] == [True]
+        redis_cluster.flush()
