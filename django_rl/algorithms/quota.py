@@ -88,8 +88,10 @@ HINTS = {
         "'day' and 'year' take none."
     ),
 }
-#: What a quota reply's time values are (quota.lua): (count, now, start, end).
-Steps = Generator[tuple[list[str], tuple[Any, ...]], Any, Outcome]
+#: A hit's exchanges (``Quota._steps``): each yields KEYS, the parameters (the same for
+#: every hit of a period: their encoding is kept, ``LuaScript.run``'s segments) and the
+#: cost, ``"1"``/``"0"`` and the time; it is sent the reply.
+Steps = Generator[tuple[list[str], tuple[int, ...], tuple[int | str, ...]], Any, Outcome]
 
 
 class QuotaParameterError(ParameterError):
@@ -226,12 +228,12 @@ class Quota:
             return [calendar.preceding(span), span]
         return [span, calendar.following(span)]
 
-    def _arguments(self, key: str, spans: Sequence[Span]) -> tuple[list[str], list[int]]:
+    def _arguments(self, key: str, spans: Sequence[Span]) -> tuple[list[str], tuple[int, ...]]:
         keys = [f"{key}:{span.start // 1000}" for span in spans]
         args = [self._limit, GRACE_MS]
         for span in spans:
             args += (span.start, span.end)
-        return keys, args
+        return keys, tuple(args)
 
     def _read(
         self, node: RedisNode, reply: Sequence[int], given: str, sent: float, received: float
@@ -250,7 +252,7 @@ class Quota:
             given = node.script_time()
             keys, args = self._arguments(key, self._candidates(node, given))
             sent = time.monotonic()
-            reply = yield keys, (*args, cost, commit, given)
+            reply = yield keys, args, (cost, commit, given)
             outcome = self._read(node, reply, given, sent, time.monotonic())
             if outcome is not None:
                 return outcome
@@ -259,9 +261,10 @@ class Quota:
     def hit(self, node: RedisNode, key: str, cost: int) -> Outcome:
         steps = self._steps(node, key, cost, "1")
         try:
-            keys, args = next(steps)
+            keys, args, tail = next(steps)
             while True:
-                keys, args = steps.send(self.script(node.client, keys, args))
+                reply = self.script.run(node.client, keys, (), (args, tail))
+                keys, args, tail = steps.send(reply)
         except StopIteration as done:
             outcome: Outcome = done.value
             return outcome
@@ -270,9 +273,10 @@ class Quota:
         """:meth:`hit`, awaited: the same steps (:meth:`_steps`), the same scripts."""
         steps = self._steps(node, key, cost, "1")
         try:
-            keys, args = next(steps)
+            keys, args, tail = next(steps)
             while True:
-                keys, args = steps.send(await aeval(node, self.script, keys, args))
+                reply = await aeval(node, self.script, keys, (*args, *tail))
+                keys, args, tail = steps.send(reply)
         except StopIteration as done:
             outcome: Outcome = done.value
             return outcome
