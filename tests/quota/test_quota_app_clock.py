@@ -103,3 +103,20 @@ def test_a_period_lets_its_limit_through_and_the_next_begins_at_its_end(
         left_ms = first.reset_after * 1000
         assert left_ms - 100 <= ttl <= left_ms + 86_400_000
         assert first.window == first.reset_after  # (at the very start of its period)
+
+
+def test_freezegun_moves_the_quota_clock_too(settings: Any) -> None:
+    import freezegun
+
+    policy = quota(settings, limit=2, period="week", timezone="America/New_York")
+    # Sunday 2026-03-08, 23:59:59 in New York (the week began Monday 2 March; the day
+    # is 23 hours long): the next week begins at midnight.
+    start = at("America/New_York", 2026, 3, 8, 23, 59, 59)
+    with freezegun.freeze_time(start) as frozen:
+        assert spend(policy, 3) == [True, True, False]
+        denied = policy.hit(ID)
+        assert denied.retry_after == 1.0
+        assert denied.window == 7 * 86_400 - 3600  # the week that lost an hour
+        frozen.tick(dt.timedelta(seconds=1))
+        fresh = policy.hit(ID)
+        assert fresh.allowed and fresh.window == 7 * 86_400

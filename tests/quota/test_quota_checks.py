@@ -104,3 +104,20 @@ def test_a_limit_of_zero_denies_every_hit_until_the_period_ends_without_redis(
     decision = get_policy("api").hit("ip:192.0.2.1")
     assert not decision.allowed and decision.limit == 0
     assert 0 < decision.retry_after <= 86_400 and decision.window == 86_400
+
+
+def test_the_server_check_runs_a_trial_quota_under_the_documented_acl_and_leaves_no_key(
+    settings: Any, private_redis: Any
+) -> None:
+    from django_rl.checks.acl import acl_rule
+    from django_rl.checks.server_checks import check_server
+    from tests.support.redis_server import caches_for
+
+    admin = private_redis.client()
+    admin.execute_command("ACL", "SETUSER", "checker", *acl_rule().split(), "+config|get", ">pw")
+    url = f"redis://checker:pw@127.0.0.1:{private_redis.port}/0?client_name=django_rl_quota"
+    settings.CACHES = caches_for(url, SOCKET_CONNECT_TIMEOUT=1, SOCKET_TIMEOUT=1)
+    settings.DJANGO_RL = {"POLICIES": {"api": GOOD}}
+    assert [(m.id, m.msg) for m in check_server()] == []
+    assert admin.keys("*") == []
+    admin.close()
