@@ -149,6 +149,13 @@ def _limit(value: object) -> int:
     return value
 
 
+def calendar_of(spec: Mapping[str, Any], period: str) -> Calendar:
+    """Return the calendar of ``period`` in a valid quota ``spec``'s time zone (its
+    ``anchor`` if ``period`` is its own): a ``fallback_rate`` such as ``"500/month"``."""
+    anchor = spec.get("anchor") if period == spec["period"] else None
+    return _calendar({**spec, "period": period, "anchor": anchor})
+
+
 def describe(limit: int, calendar: Calendar) -> str:
     text = f"quota {limit}/{calendar.period} {calendar.zone.key}"
     return text + (f" anchor {calendar.anchor}" if calendar.period in ("week", "month") else "")

@@ -39,19 +39,28 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from django_rl.algorithms.periods import Calendar
+from django_rl.algorithms.quota import calendar_of
+from django_rl.algorithms.windows import NOMINAL_SECONDS
 from django_rl.backends.clock import app_ms
 from django_rl.conf import forget_on_change, get_settings
 from django_rl.core.decision import Decision
 from django_rl.core.keys import safe_identity
-from django_rl.core.rates import RateError, parse_rate
+from django_rl.core.rates import Rate, RateError, parse_rate
 from django_rl.core.reprs import short_repr
+
+#: A quota policy's ``fallback_rate`` that names a calendar period: counted per such
+#: period of the quota's time zone (not per 60 s, as DRF's first letter would read "month").
+CALENDAR_RATE = re.compile(r"\s*([0-9]{1,10})\s*/\s*(day|week|month|year)s?\s*")
 
 #: Why a fallback_rate of 0 hits is refused (``validation.py`` says it too).
 ZERO_FALLBACK = (
@@ -158,16 +167,23 @@ class FallbackStore:
             return 0 if table is None else len(table)
 
     def hit(
-        self, policy: str, key: str, limit: int, period_ms: int, cost: int
+        self,
+        policy: str,
+        key: str,
+        limit: int,
+        period_ms: int,
+        cost: int,
+        window_of: Callable[[int], int] | None = None,
     ) -> tuple[bool, int, int]:
         """Count a hit of ``cost`` on ``policy``'s ``key`` if it fits: ``(allowed, count, now)``.
 
         ``count`` is the window's count after the hit (with it, if allowed);
-        ``now`` the clock's time in ms when it was decided.
+        ``now`` the clock's time in ms when it was decided. ``window_of(now)``
+        numbers the windows instead of the period (a quota's calendar periods).
         """
         with self._lock:
             now = self.clock()
-            window = now // period_ms
+            window = now // period_ms if window_of is None else window_of(now)
             counts = self._tables.get(policy)
             if counts is None:
                 counts = self._tables[policy] = OrderedDict()
@@ -190,13 +206,20 @@ class FallbackStore:
             self._note_local_decision(policy, now)
         return allowed, count, now
 
-    def read(self, policy: str, key: str, period_ms: int) -> tuple[int, int]:
+    def read(
+        self,
+        policy: str,
+        key: str,
+        period_ms: int,
+        window_of: Callable[[int], int] | None = None,
+    ) -> tuple[int, int]:
         """Return ``(count, now)`` of ``policy``'s ``key`` in the window now, changing nothing."""
         with self._lock:
             now = self.clock()
             counts = self._tables.get(policy)
             state = None if counts is None else counts.get(key)
-        if state is None or state >> _COUNT_BITS != now // period_ms:
+        window = now // period_ms if window_of is None else window_of(now)
+        if state is None or state >> _COUNT_BITS != window:
             return 0, now
         return state & _COUNT_MASK, now
 
@@ -267,11 +290,15 @@ class LocalFallback:
 
     :param policy: the policy's name.
     :param rate: the ``fallback_rate`` (a rate string).
+    :param calendar: a quota policy's calendar, when ``rate`` names one of its
+        periods (``"500/month"``): the count is kept per calendar period of it.
     :raises RateError: if ``rate`` does not parse.
     """
 
-    def __init__(self, policy: str, rate: str, store: FallbackStore) -> None:
-        parsed = parse_rate(rate)
+    def __init__(
+        self, policy: str, rate: str, store: FallbackStore, calendar: Calendar | None = None
+    ) -> None:
+        parsed = parse_rate(rate) if calendar is None else calendar_rate(rate)
         if parsed.limit == 0:
             raise RateError(ZERO_FALLBACK.format(rate=short_repr(rate)))
         self.policy = policy
@@ -285,6 +312,12 @@ class LocalFallback:
         # not read the counts of the old one. (The policy's name is not: it
         # names the table.)
         self._head = f"{parsed} "
+        self.calendar = calendar
+        self._window_of: Callable[[int], int] | None = None
+        if calendar is not None:
+            self._head = f"{rate} {calendar.zone.key} "
+            self.window = NOMINAL_SECONDS[calendar.period]
+            self._window_of = functools.partial(_period_number, calendar)
 
     def __repr__(self) -> str:
         return f"<LocalFallback {self.policy!r} at {self.rate}>"
@@ -300,13 +333,15 @@ class LocalFallback:
         of the window (it could never fit).
         """
         allowed, count, now = self.store.hit(
-            self.policy, self.key(identity), self.limit, self.period_ms, cost
+            self.policy, self.key(identity), self.limit, self.period_ms, cost, self._window_of
         )
         return self._decision(allowed, count, now)
 
     def peek(self, identity: str) -> Decision:
         """Return what a hit of cost 1 would be told now, counting nothing."""
-        count, now = self.store.read(self.policy, self.key(identity), self.period_ms)
+        count, now = self.store.read(
+            self.policy, self.key(identity), self.period_ms, self._window_of
+        )
         return self._decision(count < self.limit, count, now)
 
     def forget(self, identity: str) -> None:
@@ -314,8 +349,13 @@ class LocalFallback:
         self.store.forget(self.policy, self.key(identity))
 
     def _decision(self, allowed: bool, count: int, now: int) -> Decision:
-        # The window ends at the next multiple of the period.
-        left_ms = self.period_ms - now % self.period_ms
+        # The window ends at the next multiple of the period (a quota's: its period's end).
+        window = self.window
+        if self.calendar is None:
+            left_ms = self.period_ms - now % self.period_ms
+        else:
+            span = self.calendar.span(now)
+            left_ms, window = span.end - now, span.seconds
         return Decision(
             allowed,
             self.limit,
@@ -324,9 +364,36 @@ class LocalFallback:
             left_ms / 1000 if count else 0.0,
             self.policy,
             True,
-            self.window,
+            window,
             True,
         )
+
+
+def calendar_rate(rate: str) -> Rate:
+    """Return a quota's calendar ``fallback_rate`` (``"500/month"``) as a Rate of its count
+    and nominal period (its windows are the calendar's).
+
+    :raises RateError: if it is not ``"<count>/<day|week|month|year>"``.
+    """
+    found = CALENDAR_RATE.fullmatch(rate)
+    if found is None:
+        raise RateError(f"{short_repr(rate)} is not '<count>/<day|week|month|year>'")
+    return Rate(int(found[1]), NOMINAL_SECONDS[found[2]] * 1000)
+
+
+def fallback_calendar(spec: Mapping[str, Any]) -> Calendar | None:
+    """Return the calendar a quota policy's ``fallback_rate`` counts in, if it names a
+    calendar period (``"500/month"``); ``None`` for any other (a plain rate)."""
+    rate = spec.get("fallback_rate")
+    if spec.get("algorithm") != "quota" or not isinstance(rate, str):
+        return None
+    found = CALENDAR_RATE.fullmatch(rate)
+    return None if found is None else calendar_of(spec, found[2])
+
+
+def _period_number(calendar: Calendar, now: int) -> int:
+    """Number a quota's calendar periods: the start of the one holding ``now``, in s."""
+    return calendar.span(now).start // 1000
 
 
 _stores: weakref.WeakSet[FallbackStore] = weakref.WeakSet()

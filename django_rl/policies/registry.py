@@ -21,7 +21,7 @@ from django_rl.conf import Settings, forget_on_change, get_settings
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError, UnknownPolicy
 from django_rl.policies.deny_cache import get_deny_cache
-from django_rl.policies.fallback import LocalFallback, get_fallback_store
+from django_rl.policies.fallback import LocalFallback, fallback_calendar, get_fallback_store
 from django_rl.policies.inline import InlineSpec, policy_name, url_specs
 from django_rl.policies.plans import (
     PlanRates,
@@ -68,7 +68,9 @@ def build_policy(
         rates = PlanRates(parsed.rate_function, parsed.rate_label, build)
     fallback = None
     if parsed.fallback_rate is not None:
-        fallback = LocalFallback(name, parsed.fallback_rate, get_fallback_store())
+        fallback = LocalFallback(
+            name, parsed.fallback_rate, get_fallback_store(), fallback_calendar(parsed.spec)
+        )
     policy = Policy(
         name,
         parsed.algorithm,

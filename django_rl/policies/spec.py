@@ -29,7 +29,7 @@ from django_rl.core.problems import Problem
 from django_rl.core.rates import RateError, parse_rate
 from django_rl.core.reprs import short_repr
 from django_rl.docs_urls import doc_url
-from django_rl.policies.fallback import ZERO_FALLBACK
+from django_rl.policies.fallback import CALENDAR_RATE, ZERO_FALLBACK
 from django_rl.policies.plans import (
     SAMPLE_RATE,
     RateFunction,
@@ -318,6 +318,11 @@ def fallback_rate_problems(spec: Mapping[str, object], where: str) -> list[Probl
         if is_rate_function(rate)
         else None
     )
+    if why is None and spec.get("algorithm") == "quota" and isinstance(rate, str):
+        # A quota's fallback may name a calendar period: "500/month" (fallback.py).
+        found = CALENDAR_RATE.fullmatch(rate)
+        if found is not None and int(found[1]):
+            return []
     if why is None:
         try:
             if parse_rate(rate).limit == 0:
@@ -330,7 +335,8 @@ def fallback_rate_problems(spec: Mapping[str, object], where: str) -> list[Probl
         Problem(
             "django_rl.E031",
             f"{where}['fallback_rate']: {why}",
-            "Write '<count>/<period>', e.g. '5/m': what each process allows per identity "
+            "Write '<count>/<period>', e.g. '5/m' (a quota's may name a period of its "
+            "calendar, e.g. '500/month'): what each process allows per identity "
             "while Redis cannot answer; leave it out to follow fail_open.",
         )
     ]

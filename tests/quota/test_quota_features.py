@@ -237,3 +237,41 @@ def test_across_cluster_slots_a_denial_takes_back_the_quota_counted(redis_cluste
         assert q.peek(first).remaining == 5  # each reserved hit taken back
         assert [d.allowed for d in hit_many([("q", first, 5)])] == [True]
         redis_cluster.flush()
+
+
+def test_a_calendar_fallback_counts_per_period_of_the_quotas_time_zone(
+    settings: Any, private_redis: RedisServer
+) -> None:
+    import time_machine
+
+    spec = {**QUOTA, "limit": 100, "period": "month", "fallback_rate": "2/day"}
+    settings.DJANGO_RL = {"CLOCK": "app", "POLICIES": {"cal": spec}}
+    policy = get_policy("cal")
+    assert policy.fallback is not None and policy.fallback.calendar is not None
+    private_redis.stop()
+    # 23:59:30 in Sydney on the day daylight saving ends (2026-04-05, 25 hours).
+    before = dt.datetime(2026, 4, 5, 23, 59, 30, tzinfo=ZoneInfo(ZONE))
+    with time_machine.travel(before, tick=False) as traveller:
+        decisions = [policy.hit(ID) for _ in range(3)]
+        assert [d.allowed for d in decisions] == [True, True, False]
+        assert all(d.fallback for d in decisions)
+        assert decisions[2].retry_after == 30.0 and decisions[2].window == 90_000
+        traveller.shift(30)  # local midnight: a new day, a new local count
+        after = policy.hit(ID)
+        assert after.allowed and after.remaining == 1 and after.window == 86_400
+
+
+def test_a_calendar_fallback_is_checked(settings: Any) -> None:
+    from django_rl.checks.system import check_settings
+
+    settings.ROOT_URLCONF = "tests.sites.urls_without_limits"
+    settings.DJANGO_RL = {
+        "POLICIES": {
+            "good": {**QUOTA, "fallback_rate": "500/month"},
+            "year": {**QUOTA, "fallback_rate": "5000/year"},
+            "bad": {**QUOTA, "fallback_rate": "0/month"},
+        }
+    }
+    assert [(e.id, e.msg.split(":")[0]) for e in check_settings()] == [
+        ("django_rl.E031", "DJANGO_RL['POLICIES']['bad']['fallback_rate']")
+    ]
