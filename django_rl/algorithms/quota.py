@@ -220,6 +220,11 @@ class Quota:
     def description(self) -> str:
         return describe(self._limit, self.calendar)
 
+    @property
+    def rate_text(self) -> str:
+        """The quota as the admin's and the command's listings show a rate: ``5000/month``."""
+        return f"{self._limit}/{self.calendar.period}"
+
     # -- the periods a hit is sent with --------------------------------------
 
     def _candidates(self, node: RedisNode, given: str) -> list[Span]:
@@ -376,6 +381,10 @@ class ClosedQuota(StaticAlgorithm):
     @property
     def description(self) -> str:
         return describe(0, self.calendar)
+
+    @property
+    def rate_text(self) -> str:
+        return f"0/{self.calendar.period}"
 
 
 def zone_of(algorithm: object) -> ZoneInfo | None:

@@ -176,7 +176,11 @@ def parse_policy(
             algorithm=algorithm,
             rate_function=rate_function,
             rate_label=function_label(rate) if rate_function is not None else "",
-            rate=rate if isinstance(rate, str) and rate_function is None else "",
+            rate=(
+                rate
+                if isinstance(rate, str) and rate_function is None
+                else getattr(algorithm, "rate_text", "")  # a quota's "<limit>/<period>"
+            ),
             fail_open=spec.get("fail_open"),
             shadow=spec.get("mode") == "shadow",
             fallback_rate=spec.get("fallback_rate"),

@@ -214,6 +214,7 @@ def test_the_admins_live_counters_show_the_period(admin_client: Any) -> None:
     data = admin_client.get("/admin/django_rl/livecounter/data/").json()
     (row,) = [r for r in data["rows"] if r["policy"] == "q"]
     assert (row["algorithm"], row["used"], row["remaining"], row["limit"]) == ("quota", 2, 3, 5)
+    assert row["rate"] == "5/month"
     local = dt.datetime.now(ZoneInfo(ZONE))
     assert row["detail"].startswith(f"month {local:%Y-%m}-01 00:00 to ")
     assert row["detail"].endswith(f"({ZONE})")
