@@ -134,6 +134,7 @@ ALGORITHMS = {
     "token_bucket": {"algorithm": "token_bucket", "capacity": 3, "rate": "3/h", "key": "ip"},
     "gcra": {"algorithm": "gcra", "burst": 3, "rate": "3/h", "key": "ip"},
     "sliding_window": {"algorithm": "sliding_window", "rate": "3/h", "key": "ip"},
+    "quota": {"algorithm": "quota", "limit": 3, "period": "day", "key": "ip"},
 }
 ID = "ip:192.0.2.44"
 

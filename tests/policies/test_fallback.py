@@ -76,9 +76,16 @@ POLICIES = {
         "key": "ip",
         "fallback_rate": "7/h",
     },
+    "quota": {
+        "algorithm": "quota",
+        "limit": 50,
+        "period": "day",
+        "key": "ip",
+        "fallback_rate": "7/h",
+    },
     "plain": {"algorithm": "sliding_log", "rate": "5/m", "key": "ip"},
 }
-ALGORITHMS = ["fixed_window", "sliding_log", "token_bucket", "gcra", "sliding_window"]
+ALGORITHMS = ["fixed_window", "sliding_log", "token_bucket", "gcra", "sliding_window", "quota"]
 SECTION = "outage fallback (fallback_rate)"
 
 
@@ -293,7 +300,7 @@ def test_an_acl_that_refuses_scripts_leaves_the_scripted_policy_to_the_fallback(
         r"Redis for rate limiting \(CACHES\['default'\]\) refuses a command to this "
         r"connection's ACL user \(NoPermissionError: .*'evalsha'.*\); decisions it cannot "
         r"answer are made in each process at the fallback_rate of policies 'fixed_window', "
-        r"'gcra', 'sliding_log', 'sliding_window', 'token_bucket', the others follow "
+        r"'gcra', 'quota', 'sliding_log', 'sliding_window', 'token_bucket', the others follow "
         r"fail_open, and each asks it again\. "
         r".*",
         message,
@@ -354,7 +361,8 @@ def test_decisions_are_redis_backed_again_as_soon_as_it_answers(settings, privat
     assert [level for level, _ in lines] == ["WARNING", "INFO"]
     assert re.fullmatch(
         r"Redis for rate limiting \(CACHES\['default'\]\) is unavailable \(ConnectionError: .*\); "
-        r"policies 'fixed_window', 'gcra', 'sliding_log', 'sliding_window', 'token_bucket' "
+        r"policies 'fixed_window', 'gcra', 'quota', 'sliding_log', 'sliding_window', "
+        r"'token_bucket' "
         r"decide in each process at "
         r"their fallback_rate, the other decisions follow fail_open \(default FAIL_OPEN\) "
         r"until it answers again\.",
