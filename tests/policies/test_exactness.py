@@ -43,6 +43,7 @@ POLICIES = {
     "token_bucket": {"algorithm": "token_bucket", "capacity": 100, "rate": "100/h", "key": "ip"},
     "gcra": {"algorithm": "gcra", "burst": 100, "rate": "100/h", "key": "ip"},
     "sliding_window": {"algorithm": "sliding_window", "rate": "100/h", "key": "ip"},
+    "quota": {"algorithm": "quota", "limit": 100, "period": "day", "key": "ip"},
     # 100 in flight at once; no hit gives its slots back, and none ends in the hour.
     "concurrency": {"algorithm": "concurrency", "limit": 100, "timeout": 3600, "key": "ip"},
     # Per-plan rates: the rate function gives every request 100/h.
