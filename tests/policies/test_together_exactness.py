@@ -37,9 +37,12 @@ POLICIES = {
     "gcra": {"algorithm": "gcra", "burst": 120, "rate": "120/h", "key": "ip"},
     # Slots never given back here: a limit of 160 in flight, 100 taken.
     "conc": {"algorithm": "concurrency", "limit": 160, "timeout": 3600, "key": "ip"},
+    "quota": {"algorithm": "quota", "limit": 110, "period": "day", "key": "ip"},
     "bucket": {"algorithm": "token_bucket", "capacity": 100, "rate": "100/h", "key": "ip"},
 }
-LIMITS = {"bucket": 100, "gcra": 120, "window": 130, "log": 150, "fixed": 200, "conc": 160}
+LIMITS = {
+    "bucket": 100, "gcra": 120, "window": 130, "log": 150, "fixed": 200, "conc": 160, "quota": 110,
+}  # fmt: skip
 STACK = TOGETHER.join(POLICIES)
 ROUNDS = 10
 
@@ -82,7 +85,7 @@ def test_every_round_admits_the_tightest_limit_and_the_others_count_exactly_that
     figures.record(
         request.config,
         f"exactness of policies decided together ({THREADS} threads + {PROCESSES} processes, "
-        "6 algorithms, the tightest 100/h)",
+        "7 algorithms, the tightest 100/h)",
         f"{topology.name:<8} {'across slots' if across else 'one slot':<12} cost {cost}: "
         f"{ROUNDS} rounds, admitted per round: "
         + ", ".join(f"{total} x{n}" for total, n in sorted(Counter(totals).items()))
