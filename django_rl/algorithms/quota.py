@@ -1,8 +1,8 @@
 """Calendar quota: ``limit`` hits per day, week, month or year in a time zone.
 
 State: one string counter per identity and period, ``<key>:<period start,
-s since the epoch>``, with a TTL to the period's end (a denied hit counts
-nowhere). About 50 bytes of Redis memory net of the key name.
+s since the epoch>``, with a TTL to an hour after the period's end (a denied
+hit counts nowhere): 47 bytes of Redis memory net of the key name.
 
 **One round trip, time zones in Python.** Where a period begins (00:00 local
 on its first day, daylight saving included) needs the tz database, which Lua
@@ -38,7 +38,6 @@ from __future__ import annotations
 import time
 from collections.abc import Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
-from zoneinfo import ZoneInfo
 
 from django_rl.algorithms.base import (
     Outcome,
@@ -385,9 +384,3 @@ class ClosedQuota(StaticAlgorithm):
     @property
     def rate_text(self) -> str:
         return f"0/{self.calendar.period}"
-
-
-def zone_of(algorithm: object) -> ZoneInfo | None:
-    """Return a quota's time zone (``None`` for other algorithms)."""
-    calendar = getattr(algorithm, "calendar", None)
-    return calendar.zone if isinstance(calendar, Calendar) else None
