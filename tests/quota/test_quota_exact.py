@@ -165,3 +165,33 @@ def test_a_server_clock_days_away_is_found_and_then_kept(
     server_day = dt.datetime.fromtimestamp(server_ms(client) / 1000, NEW_YORK).date()
     assert start == midnight(server_day)
     client.close()
+
+
+@pytest.mark.parametrize(
+    ("period", "zone", "end"),
+    [
+        ("week", "Europe/London", dt.datetime(2027, 3, 29)),  # a Monday; the week lost an hour
+        ("month", "Australia/Sydney", dt.datetime(2027, 3, 1)),  # February's end
+        ("year", "America/New_York", dt.datetime(2027, 1, 1)),
+    ],
+)
+def test_server_clock_week_month_and_year_ends(
+    settings: Any, clock_server: ServerUnderFakeClock, period: str, zone: str, end: dt.datetime
+) -> None:
+    spec = {"algorithm": "quota", "limit": 3, "period": period, "timezone": zone, "key": "ip"}
+    settings.DJANGO_RL = {"POLICIES": {"q": spec}}
+    policy = get_policy("q")
+    client = clock_server.client()
+    boundary = int(end.replace(tzinfo=ZoneInfo(zone)).timestamp())
+    jump_to(clock_server, client, boundary - 2)
+    sleep_until(client, (boundary - 1) * 1000)
+    before = [policy.hit(ID) for _ in range(4)]
+    assert [d.allowed for d in before] == [True, True, True, False]
+    assert before[3].retry_after == pytest.approx(boundary - server_ms(client) / 1000, abs=0.5)
+    sleep_until(client, boundary * 1000 + 50)
+    after = [policy.hit(ID) for _ in range(4)]
+    assert [d.allowed for d in after] == [True, True, True, False]
+    # One counter per period, each named by its start (the one before: its length back).
+    assert before[0].window is not None
+    assert counts(client) == {boundary - before[0].window: 3, boundary: 3}
+    client.close()
