@@ -267,7 +267,9 @@ class Quota:
             outcome = self._read(node, reply, given, sent, time.monotonic())
             if outcome is not None:
                 return outcome
-        raise ClockError(f"no current period found on the Redis server's clock in {MAX_ATTEMPTS} attempts")
+        raise ClockError(
+            f"no current period found on the Redis server's clock in {MAX_ATTEMPTS} attempts"
+        )
 
     def hit(self, node: RedisNode, key: str, cost: int) -> Outcome:
         steps = self._steps(node, key, cost, "1")
