@@ -17,6 +17,7 @@ POLICIES = {
     "fixed_window": {"algorithm": "fixed_window", "rate": "1000/h"},
     "sliding_log": {"algorithm": "sliding_log", "rate": "1000/h"},
     "token_bucket": {"algorithm": "token_bucket", "capacity": 1000, "rate": "1000/h"},
+    "quota": {"algorithm": "quota", "limit": 1000, "period": "day"},
 }
 # Commands per allowed hit, as INFO commandstats counts them: the client's
 # own, and those the script calls (which Redis counts too).
@@ -27,6 +28,8 @@ COMMANDS = {
     # and a count needs no ZCARD.
     "sliding_log": {"evalsha": 1, "time": 1, "zrange": 2, "zadd": 1, "pexpire": 1},
     "token_bucket": {"evalsha": 1, "time": 1, "hmget": 1, "hset": 1, "pexpire": 1},
+    # The counter of the period holding the server's time; its TTL set once, when made.
+    "quota": {"evalsha": 1, "time": 1, "get": 1, "incrby": 1, "pttl": 1},
 }
 if servers.APP_CLOCK:
     # CLOCK "app": the time is this host's. No TIME in the scripts, and a
