@@ -35,10 +35,14 @@ local function quota(keys, now, cost, commit, args)
     -- are behind this one's. Set only when missing: writers never shorten it.
     if redis.call('PTTL', key) < 0 then redis.call('PEXPIRE', key, int(reset + tonumber(args[2]))) end
   end
+  -- reset_after: until the counter is gone, when it holds anything (an
+  -- unused period is already full: 0, as a look at a missing key says).
+  local full = 0
+  if count > 0 then full = reset end
   if allowed then
-    return {1, limit - count, 0, reset, count, now, start, stop}
+    return {1, limit - count, 0, full, count, now, start, stop}
   end
-  return {0, math.max(limit - count, 0), reset, reset, count, now, start, stop}
+  return {0, math.max(limit - count, 0), reset, full, count, now, start, stop}
 end
 
 -- Takes back a counted hit (`done`: its reply) from its period's counter,

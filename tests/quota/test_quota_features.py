@@ -276,3 +276,13 @@ def test_a_calendar_fallback_is_checked(settings: Any) -> None:
     assert [(e.id, e.msg.split(":")[0]) for e in check_settings()] == [
         ("django_rl.E031", "DJANGO_RL['POLICIES']['bad']['fallback_rate']")
     ]
+
+
+def test_an_unused_period_is_full_reset_after_zero_then_its_end() -> None:
+    policy = get_policy("q")
+    fresh = policy.peek(ID)
+    assert (fresh.allowed, fresh.remaining, fresh.reset_after) == (True, 5, 0.0)
+    used = policy.hit(ID)
+    left = month_end() - dt.datetime.now(dt.timezone.utc).timestamp()
+    assert used.reset_after == pytest.approx(left, abs=2)
+    assert policy.peek(ID).reset_after == pytest.approx(left, abs=2)
