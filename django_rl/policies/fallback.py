@@ -58,8 +58,8 @@ from django_rl.core.keys import safe_identity
 from django_rl.core.rates import Rate, RateError, parse_rate
 from django_rl.core.reprs import short_repr
 
-#: A quota policy's ``fallback_rate`` that names a calendar period: counted per such
-#: period of the quota's time zone (not per 60 s, as DRF's first letter would read "month").
+#: A quota policy's ``fallback_rate`` that names a calendar period (``"500/month"``,
+#: which no plain rate can say): counted per such period of the quota's time zone.
 CALENDAR_RATE = re.compile(r"\s*([0-9]{1,10})\s*/\s*(day|week|month|year)s?\s*")
 
 #: Why a fallback_rate of 0 hits is refused (``validation.py`` says it too).
