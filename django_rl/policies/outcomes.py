@@ -12,6 +12,8 @@ import logging
 import time
 
 from django_rl.algorithms import StaticAlgorithm
+from django_rl.algorithms.periods import Span
+from django_rl.backends.clock import app_ms
 from django_rl.core.decision import Decision
 from django_rl.core.reprs import short_repr
 from django_rl.overrides.rules import Rule
@@ -53,7 +55,7 @@ def blocked(name: str, rule: Rule, variant: Variant | None) -> Decision:
     wait = rule.retry_after(time.time())
     if variant is None:  # a per-plan policy whose rate function said "no limit"
         return Decision(False, 0, 0, wait, wait, name)
-    return Decision(False, variant.limit, 0, wait, wait, name, False, variant.window)
+    return Decision(False, variant.limit, 0, wait, wait, name, False, window_now(variant))
 
 
 def degraded(name: str, variant: Variant, fail_open: bool) -> Decision:
@@ -66,7 +68,7 @@ def degraded(name: str, variant: Variant, fail_open: bool) -> Decision:
         reset_after=0.0,
         policy=name,
         degraded=True,
-        window=variant.window,
+        window=window_now(variant),
     )
 
 
@@ -88,8 +90,19 @@ def too_heavy(name: str, variant: Variant, cost: int, *, strict: bool) -> Decisi
             "such a hit could never be allowed"
         )
     _log_too_heavy(name, cost, variant.limit)
-    window = float(variant.window or 1)
-    return Decision(False, variant.limit, 0, window, window, name, False, variant.window)
+    window = window_now(variant)
+    wait = float(window or 1)
+    return Decision(False, variant.limit, 0, wait, wait, name, False, window)
+
+
+def window_now(variant: Variant) -> int | None:
+    """Return the window of a Decision made without Redis: the variant's, or a calendar
+    quota's current period's length on this host's clock (a 23-hour day, a 28-day month)."""
+    calendar = getattr(variant.algorithm, "calendar", None)
+    if calendar is None:
+        return variant.window
+    span: Span = calendar.span(app_ms())
+    return span.seconds
 
 
 def bad_cost(cost: object) -> ValueError:

@@ -286,3 +286,17 @@ def test_an_unused_period_is_full_reset_after_zero_then_its_end() -> None:
     left = month_end() - dt.datetime.now(dt.timezone.utc).timestamp()
     assert used.reset_after == pytest.approx(left, abs=2)
     assert policy.peek(ID).reset_after == pytest.approx(left, abs=2)
+
+
+def test_decisions_made_without_redis_carry_the_current_periods_length(
+    settings: Any, private_redis: RedisServer
+) -> None:
+    import time_machine
+
+    spec = {**QUOTA, "period": "day", "fail_open": True}
+    settings.DJANGO_RL = {"CLOCK": "app", "POLICIES": {"open": spec}}
+    private_redis.stop()
+    # 2026-10-04 in Sydney: daylight saving starts, a 23-hour day.
+    with time_machine.travel(dt.datetime(2026, 10, 4, 12, tzinfo=ZoneInfo(ZONE)), tick=False):
+        degraded = get_policy("open").hit(ID)
+    assert degraded.degraded and degraded.allowed and degraded.window == 23 * 3600
