@@ -23,8 +23,8 @@ def quota_window(algorithm: Any) -> int | None:
     calendar = getattr(algorithm, "calendar", None)
     if calendar is not None:
         # A calendar quota's window is its period's, which varies (a 23-hour
-        # day, a 28-day month): each Decision from Redis has its own. This is
-        # the nominal one, for Decisions made without Redis (an outage).
+        # day, a 28-day month): each Decision has its own (the quota's
+        # Outcome, or outcomes.window_now). This nominal one is the variant's.
         return NOMINAL_SECONDS[calendar.period]
     if not isinstance(rate, Rate):
         return None
