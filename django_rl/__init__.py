@@ -2,7 +2,8 @@
 
 Public names: :func:`get_policy`, :func:`register_policy`, :class:`Policy`,
 :class:`Decision`, :func:`hit_many` (several hits decided together),
-:func:`usage` / :func:`ausage` (a request's standing, counting nothing). The
+:func:`usage` / :func:`ausage` (a request's standing, counting nothing),
+:func:`acquire` / :func:`aacquire` / :func:`limited` (waiting for a hit). The
 front doors live in :mod:`django_rl.decorators` and :mod:`django_rl.throttling`.
 """
 
@@ -16,11 +17,18 @@ from django_rl.policies.registry import Policy, get_policy, register_policy
 
 if TYPE_CHECKING:
     from django_rl.policies.usage import ausage, usage
+    from django_rl.policies.waiting import aacquire, acquire, limited
 
 __version__ = "0.1.0"
 
 #: Names imported when first asked for (``usage`` pulls in the async peeks).
-_LAZY = {"usage": "django_rl.policies.usage", "ausage": "django_rl.policies.usage"}
+_LAZY = {
+    "usage": "django_rl.policies.usage",
+    "ausage": "django_rl.policies.usage",
+    "acquire": "django_rl.policies.waiting",
+    "aacquire": "django_rl.policies.waiting",
+    "limited": "django_rl.policies.waiting",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -37,10 +45,13 @@ __all__ = [
     "Decision",
     "Policy",
     "__version__",
+    "aacquire",
+    "acquire",
     "ahit_many",
     "ausage",
     "get_policy",
     "hit_many",
+    "limited",
     "register_policy",
     "usage",
 ]
