@@ -33,6 +33,9 @@ django_rl.E091  RATELIMIT_USE_CACHE names no cache (contrib/ratelimit_checks.py)
 django_rl.E140  a websocket consumer names a policy that does not exist (contrib/channels_checks.py)
 django_rl.E141  a consumer's connect_policies or message_policies is not a list of names
 django_rl.E142  ASGI_APPLICATION does not import (its consumers cannot be checked)
+django_rl.E120  a RateLimitedTask names a policy that does not exist (contrib/celery_checks.py)
+django_rl.E121  a RateLimitedTask's rate_policies is not a list of fixed-rate policies' names
+django_rl.E122  a RateLimitedTask's rate_key is not callable
 =============== ==========================================================
 
 ``django_rl.W052`` warns about a DRF view whose ``throttle_scope`` or
@@ -79,6 +82,7 @@ from django_rl.checks.validation import (
 from django_rl.conf import DEFAULTS, raw_settings
 from django_rl.contrib import (
     channels_checks,  # noqa: F401  (the Channels mixin's consumers)
+    celery_checks,  # noqa: F401  (Celery tasks' policies)
     drf_checks,  # noqa: F401  (registers the DRF drop-in's check)
     ratelimit_checks,  # noqa: F401  (the django-ratelimit drop-in's)
 )
