@@ -26,7 +26,9 @@ later, in the next second (a busy worker's process may take tens of ms from
 the decision to the task's first line).
 
 Run eagerly (``task_always_eager``, ``apply()``, or called directly), a
-denied run raises :class:`~django_rl.exceptions.RateLimited` instead.
+denied run raises :class:`~django_rl.exceptions.RateLimited` instead, at
+the call (``apply`` decides before Celery traces the run, so
+``task_eager_propagates`` does not turn it into a failed result).
 
 A ``rate_key`` that raises, or returns anything but a non-empty string or
 an integer, never loses the task: the run is limited under the one shared
@@ -42,6 +44,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from celery import Task
@@ -60,6 +63,9 @@ logger = logging.getLogger("django_rl")
 
 #: The identity of a run without ``rate_key``, and of one whose ``rate_key`` failed.
 SHARED_IDENTITY = "global"
+
+#: The Decisions ``apply()`` made for the run it is about to trace (``__call__`` takes them).
+_decided: ContextVar[list[Decision] | None] = ContextVar("django_rl_task_decided", default=None)
 
 _warned: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()
@@ -83,6 +89,9 @@ class RateLimitedTask(Task):  # type: ignore[misc]  # celery has no type hints
     rate_start_margin: float = 0.2
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _decided.get() is not None:  # apply() decided this run already
+            _decided.set(None)
+            return super().__call__(*args, **kwargs)
         decisions = self.rate_decisions(args, kwargs)
         denied = [d for d in decisions if d.denies]
         if denied:
@@ -90,15 +99,26 @@ class RateLimitedTask(Task):  # type: ignore[misc]  # celery has no type hints
         elif decisions and not self._eager():
             ending = _window_ending(decisions, self.rate_start_margin)
             if ending is not None:
-                if any(d.lease is not None for d in decisions):
-                    release(decisions)
+                _give_back(decisions)
                 names = ", ".join(d.policy for d in decisions)
                 self._run_later(ending, f"the window of {names} ending")
         try:
             return super().__call__(*args, **kwargs)
         finally:
-            if any(d.lease is not None for d in decisions):
-                release(decisions)
+            _give_back(decisions)
+
+    def apply(self, args: Any = None, kwargs: Any = None, *more: Any, **options: Any) -> Any:
+        """Run eagerly (``apply``, ``task_always_eager``): a denied run raises ``RateLimited``
+        here, at the call, whatever ``task_eager_propagates`` says."""
+        decisions = self.rate_decisions(args or (), kwargs or {})
+        if any(d.denies for d in decisions):
+            raise RateLimited(decisions)
+        token = _decided.set(decisions)
+        try:
+            return super().apply(args, kwargs, *more, **options)
+        finally:
+            _decided.reset(token)
+            _give_back(decisions)
 
     def rate_identity(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
         """Return the identity this run counts as: ``rate_key``'s, or :data:`SHARED_IDENTITY`."""
@@ -160,6 +180,11 @@ class RateLimitedTask(Task):  # type: ignore[misc]  # celery has no type hints
             what,
             SHARED_IDENTITY,
         )
+
+
+def _give_back(decisions: list[Decision]) -> None:
+    if any(d.lease is not None for d in decisions):
+        release(decisions)
 
 
 def _window_ending(decisions: list[Decision], margin: float) -> float | None:

@@ -101,6 +101,14 @@ def test_eager_runs_honour_the_limit(tasks: SimpleNamespace) -> None:
         tasks.add(3, 4)  # called directly
 
 
+def test_a_denied_eager_run_raises_without_eager_propagates(tasks: SimpleNamespace) -> None:
+    tasks.app.conf.task_eager_propagates = False
+    assert tasks.add.delay(1, 2).get() == 3
+    assert tasks.add.delay(1, 2).get() == 3
+    with pytest.raises(RateLimited):
+        tasks.add.delay(3, 4)  # at the call, not as a failed result
+
+
 def test_an_eager_chain_counts_each_step(tasks: SimpleNamespace) -> None:
     assert chain(tasks.add.s(1, 2), tasks.add.s(3)).apply_async().get() == 6
     with pytest.raises(RateLimited):
