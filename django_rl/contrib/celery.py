@@ -54,7 +54,7 @@ from django_rl.algorithms.fixed_window import FixedWindow
 from django_rl.core.decision import Decision
 from django_rl.exceptions import RateLimited
 from django_rl.leases import release
-from django_rl.policies.engine import hit_many
+from django_rl.policies.programmatic import hit_many
 from django_rl.policies.registry import get_policy
 
 __all__ = ["SHARED_IDENTITY", "RateLimitedTask"]
