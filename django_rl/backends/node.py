@@ -30,6 +30,7 @@ from django_rl.backends.errors import (
 from django_rl.backends.given_time import given_ms
 from django_rl.backends.health import Health
 from django_rl.backends.kept_clients import SharedClients
+from django_rl.backends.redis_py import unlock_pool_in_child
 from django_rl.backends.scripts import replies_with_scripts
 from django_rl.conf import get_settings
 
@@ -400,6 +401,11 @@ after_fork_hooks: list[Callable[[], None]] = []
 
 def _after_fork_in_child() -> None:
     for node in list(_live_nodes):
+        # First the pool's locks (one another thread held at the fork stays
+        # held): the clients dropped next give their connections back to it.
+        pooled = node._pooled
+        if pooled is not None:
+            unlock_pool_in_child(pooled.connection_pool)
         node.forget_connections()
     for hook in after_fork_hooks:
         hook()

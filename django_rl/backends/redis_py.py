@@ -22,6 +22,7 @@ public ways are used.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from typing import Any
 
@@ -114,6 +115,31 @@ def would_block(pool: object) -> bool:
         return False
     queue: Any = getattr(pool, "pool", None)
     return queue is not None and bool(queue.empty())
+
+
+#: A pool's locks redis-py takes when it finds itself in a forked child (``_checkpid``).
+_POOL_LOCKS = ("_fork_lock", "_lock")
+_RLOCK = type(threading.RLock())
+_LOCK = type(threading.Lock())
+
+
+def unlock_pool_in_child(pool: object) -> None:
+    """Give a forked child's copy of ``pool`` new locks; call only in the child, at once.
+
+    A lock another thread of the parent held at the fork (its history or
+    metrics thread taking a connection) stays held in the child for good,
+    and redis-py 8's ``reset`` after a fork takes the pool's ``_lock``: the
+    child's first command would wait forever. Right after the fork the
+    child has one thread, so nothing else can hold them.
+    """
+    for name in _POOL_LOCKS:
+        lock = getattr(pool, name, None)
+        if isinstance(lock, _RLOCK):
+            setattr(pool, name, threading.RLock())
+        elif isinstance(lock, _LOCK):
+            setattr(pool, name, threading.Lock())
+        elif isinstance(lock, threading.Condition):
+            setattr(pool, name, threading.Condition())
 
 
 class SocketPath:

@@ -308,3 +308,39 @@ def test_an_encoded_script_raises_an_error_reply_of_its_own(redis_server):
     with pytest.raises(ResponseError):
         EncodedScript(SCRIPT, (), 0)(client, "rl:x:{y}:f")  # no arguments: the script fails
     assert client.ping()  # the connection stays usable
+
+
+def test_a_forked_child_is_not_stuck_on_a_pool_lock_held_at_the_fork():
+    # Another thread of the parent holds the pool's lock when the process
+    # forks (a Celery worker's pool forks while the history thread takes a
+    # connection): the child's first decision must not wait for it forever.
+    import os
+    import threading
+
+    policy = get_policy("login")
+    policy.hit("ip:192.0.2.9")
+    pool = policy.backend.pooled_client.connection_pool
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with pool._lock:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(5)
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 once its decision is made, 1 on anything else
+        code = 1
+        try:
+            import signal
+
+            signal.alarm(5)  # stuck: SIGALRM ends the child
+            code = 0 if not get_policy("login").hit("ip:192.0.2.9").degraded else 1
+        finally:
+            os._exit(code)
+    release.set()
+    holder.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

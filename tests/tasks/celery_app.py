@@ -14,8 +14,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import django
 import redis
 from celery import Celery
+from celery.signals import worker_init
 
 from django_rl.contrib.celery import RateLimitedTask
 
@@ -26,6 +28,17 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=True,
 )
+
+
+@worker_init.connect
+def _decide_before_the_fork(**kwargs: Any) -> None:
+    """The worker's main process decides (a connection kept) before its pool forks:
+    its children must each make their own, never share this one."""
+    django.setup()
+    from django_rl import get_policy
+
+    get_policy("tasks.global").hit("main-process")
+
 
 _RECORD = (
     "local t = redis.call('TIME') "

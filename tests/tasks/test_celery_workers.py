@@ -1,6 +1,8 @@
 """RateLimitedTask under real Celery workers and a real broker (a redis-server of the suite).
 
-3 workers of 4 prefork processes each, started once for the module. The
+3 workers of 4 prefork processes each, started once for the module; each
+worker's main process makes a decision before its pool forks (its kept
+connection must not be shared with the children). The
 load case: 300 tasks under one global 20/s policy start at most 20 in each
 whole second of the Redis server's clock, all within about twice 300/20 s,
 each exactly once, none failing; denied runs are re-scheduled (logged at
