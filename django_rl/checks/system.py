@@ -81,8 +81,8 @@ from django_rl.checks.validation import (
 )
 from django_rl.conf import DEFAULTS, raw_settings
 from django_rl.contrib import (
-    channels_checks,  # noqa: F401  (the Channels mixin's consumers)
     celery_checks,  # noqa: F401  (Celery tasks' policies)
+    channels_checks,  # noqa: F401  (the Channels mixin's consumers)
     drf_checks,  # noqa: F401  (registers the DRF drop-in's check)
     ratelimit_checks,  # noqa: F401  (the django-ratelimit drop-in's)
 )
