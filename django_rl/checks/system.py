@@ -30,9 +30,9 @@ django_rl.E081  IPV4_PREFIX is not a whole number from 1 to 32
 django_rl.E082  IPV6_PREFIX is not a whole number from 1 to 128
 django_rl.E090  a rate of the DRF drop-in does not parse (contrib/drf_checks.py)
 django_rl.E091  RATELIMIT_USE_CACHE names no cache (contrib/ratelimit_checks.py)
-django_rl.E130  a RateLimitedTask names a policy that does not exist (contrib/celery_checks.py)
-django_rl.E131  a RateLimitedTask's rate_policies is not a list of fixed-rate policies' names
-django_rl.E132  a RateLimitedTask's rate_key is not callable
+django_rl.E160  a RateLimitedTask names a policy that does not exist (contrib/celery_checks.py)
+django_rl.E161  a RateLimitedTask's rate_policies is not a list of fixed-rate policies' names
+django_rl.E162  a RateLimitedTask's rate_key is not callable
 django_rl.E140  a websocket consumer names a policy that does not exist (contrib/channels_checks.py)
 django_rl.E141  a consumer's connect_policies or message_policies is not a list of names
 django_rl.E142  ASGI_APPLICATION does not import (its consumers cannot be checked)

@@ -1,11 +1,11 @@
-"""``manage.py check`` for Celery tasks limited by django_rl (``django_rl.E130``..``E132``).
+"""``manage.py check`` for Celery tasks limited by django_rl (``django_rl.E160``..``E162``).
 
 Every imported subclass of :class:`~django_rl.contrib.celery.RateLimitedTask`
 (those ``@app.task(base=RateLimitedTask, ...)`` and ``@shared_task`` make
 included: the loaded Celery apps are finalized first, which makes their
-tasks' classes) must name policies that exist (``E130``) and can decide a
+tasks' classes) must name policies that exist (``E160``) and can decide a
 task: a list of names, none with per-plan rates, which need a request
-(``E131``); its ``rate_key`` must be ``None`` or callable (``E132``).
+(``E161``); its ``rate_key`` must be ``None`` or callable (``E162``).
 Imports no Celery: a project without it, or that never imported
 ``django_rl.contrib.celery``, has nothing to check.
 """
@@ -76,7 +76,7 @@ def _task_problems(task: type) -> list[CheckMessage]:
                 f"not {short_repr(names)}.",
                 hint=HINT.format(url=url),
                 obj=task,
-                id="django_rl.E131",
+                id="django_rl.E161",
             )
         ]
     for policy_name in names:
@@ -89,7 +89,7 @@ def _task_problems(task: type) -> list[CheckMessage]:
                 f"not {short_repr(key)}.",
                 hint=f"Return the identity to count from the task's args and kwargs: see {url}",
                 obj=task,
-                id="django_rl.E132",
+                id="django_rl.E162",
             )
         )
     return errors
@@ -102,7 +102,7 @@ def _policy_problems(task: type, name: str, policy_name: object, url: str) -> li
                 f"Task {name}: rate_policies holds {short_repr(policy_name)}, not a policy name.",
                 hint=HINT.format(url=url),
                 obj=task,
-                id="django_rl.E131",
+                id="django_rl.E161",
             )
         ]
     try:
@@ -114,7 +114,7 @@ def _policy_problems(task: type, name: str, policy_name: object, url: str) -> li
                 "which does not exist.",
                 hint=HINT.format(url=url),
                 obj=task,
-                id="django_rl.E130",
+                id="django_rl.E160",
             )
         ]
     except ConfigurationError:
@@ -126,7 +126,7 @@ def _policy_problems(task: type, name: str, policy_name: object, url: str) -> li
                 "chosen per request (a rate function): a task has no request.",
                 hint=f"Give the task a policy with a fixed rate: see {url}",
                 obj=task,
-                id="django_rl.E131",
+                id="django_rl.E161",
             )
         ]
     return []

@@ -164,11 +164,11 @@ def test_checks_report_unknown_policies() -> None:
     try:
         found = {(m.id, m.msg.split(" ")[1].rstrip(":")) for m in check_celery_tasks()}
         assert found == {
-            ("django_rl.E130", "checked.unknown"),
-            ("django_rl.E130", "checked.promised"),
-            ("django_rl.E131", "checked.not_a_list"),
-            ("django_rl.E131", "checked.per_plan"),
-            ("django_rl.E132", "checked.bad_key"),
+            ("django_rl.E160", "checked.unknown"),
+            ("django_rl.E160", "checked.promised"),
+            ("django_rl.E161", "checked.not_a_list"),
+            ("django_rl.E161", "checked.per_plan"),
+            ("django_rl.E162", "checked.bad_key"),
         }
         assert all(m.hint and "https://" in m.hint for m in check_celery_tasks())
     finally:
