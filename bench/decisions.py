@@ -12,6 +12,7 @@ Starts its own redis-server on a free port (and stops it), then measures:
    and the outage fallback: a local decision beside a Redis-backed one, and a
    Redis-backed one with ``fallback_rate`` set (``bench/fallback.py``);
    and a policy with overrides in force against one without (bench/overrides.py);
+   and each algorithm with block_for + escalate against without (bench/blocks.py);
 2. memory per identity after 100 hits at a limit of 100 (``MEMORY USAGE``);
 3. a flood from one denied client, with and without the local deny cache;
 4. over-admission: 8 threads (800 attempts) and 4 processes (400 attempts)
@@ -31,7 +32,7 @@ import time
 from importlib import metadata
 from typing import Any
 
-from bench import observability, overrides
+from bench import blocks, observability, overrides
 from bench.fallback import fallback
 from bench.flood import flood, flood_rows, sustained, sustained_row
 from bench.limiters import ALGORITHMS, INCRBY_ROW, INLINE_ROW, LIMITERS, NAMED_ROW, Limiter
@@ -76,6 +77,7 @@ def run(server: RedisServer, *, rounds: int, batch: int) -> dict[str, Any]:
     results["speed"], results["inline_vs_named"] = speed(admin, rounds=rounds, batch=batch)
     results["fallback"] = fallback(rounds=rounds, batch=batch)
     results["overrides"] = overrides.compare(admin, ADDRESSES, decisions=2 * rounds * batch)
+    results["blocks"] = blocks.compare(admin, ADDRESSES, decisions=2 * rounds * batch)
     results["observability"] = observability.compare(admin, ADDRESSES, decisions=2 * rounds * batch)
     results["memory"] = memory(admin)
     wait_for_a_fresh_hour(admin)

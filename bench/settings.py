@@ -80,6 +80,14 @@ DJANGO_RL["POLICIES"]["fw-1000000-shadow"] = {
 # The twin of fw-1000000 that has overrides in force (bench/overrides.py).
 DJANGO_RL["POLICIES"]["fw-1000000-overrides"] = _policy("fixed_window", 1_000_000)
 
+# Each algorithm's twin with block_for and escalate (bench/blocks.py).
+for _algorithm in ALGORITHMS:
+    DJANGO_RL["POLICIES"][f"{policy_name(_algorithm, 1_000_000)}-blocks"] = {
+        **_policy(_algorithm, 1_000_000),
+        "block_for": "15m",
+        "escalate": {"after": 3, "within": "1h", "block_for": "1d"},
+    }
+
 REST_FRAMEWORK = {"DEFAULT_THROTTLE_CLASSES": []}
 
 # django-ratelimit: on the same django-redis cache, under its own prefix.

@@ -17,6 +17,13 @@ made, so keep them quick (hand slow work to a queue). A receiver that
 raises never breaks the request: the error is logged on logger
 ``django_rl`` (at most a few lines a second) and the other receivers run.
 
+``identity_blocked``: sent once when a block of an identity starts (a policy's
+``block_for`` or ``escalate``, or ``block()``). Keyword arguments: ``policy``
+(its name), ``identity`` (as counted, ``"ip:10.1.2.3"``), ``seconds`` (the
+block's length, a float) and ``request`` (the request whose denial started
+it, or ``None``). The sender is the policy's name; receivers that raise are
+logged as ``rate_limited``'s are.
+
 Connect like any Django signal::
 
     from django.dispatch import receiver
@@ -32,5 +39,6 @@ from __future__ import annotations
 from django.dispatch import Signal
 
 rate_limited = Signal()
+identity_blocked = Signal()
 
-__all__ = ["rate_limited"]
+__all__ = ["identity_blocked", "rate_limited"]

@@ -42,6 +42,7 @@ class LiveCounterAdmin(ModelAdmin):
             path("data/", wrap(self.data_view), name=f"{name}_data"),
             path("charts/", wrap(self.charts_view), name=f"{name}_charts"),
             path("reset/", wrap(self.reset_view), name=f"{name}_reset"),
+            path("unblock/", wrap(self.unblock_view), name=f"{name}_unblock"),
         ]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -70,6 +71,9 @@ class LiveCounterAdmin(ModelAdmin):
 
     def reset_view(self, request: HttpRequest) -> HttpResponse:
         return admin_views.reset(self, request)
+
+    def unblock_view(self, request: HttpRequest) -> HttpResponse:
+        return admin_views.unblock(self, request)
 
 
 class InForceFilter(admin.SimpleListFilter):

@@ -74,6 +74,16 @@ class SelectorsField(forms.Field):
         return list(dict.fromkeys(parse_selector(str(v)) for v in value or ()))
 
 
+class UnblockForm(forms.Form):
+    """The rows whose identities' blocks end (the row's own Unblock button); ``back`` as below."""
+
+    unblock = SelectorsField()
+    back = forms.CharField(required=False, max_length=2000)
+
+    def clean_back(self) -> str:
+        return QueryForm(QueryDict(self.cleaned_data.get("back", ""))).filters()
+
+
 class ResetForm(forms.Form):
     """Rows to reset, and/or one identity to reset under every policy.
 

@@ -26,7 +26,7 @@ from django.urls import reverse
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from django_rl.admin.forms import QueryForm, ResetForm
+from django_rl.admin.forms import QueryForm, ResetForm, UnblockForm
 from django_rl.core.reprs import counted
 from django_rl.exceptions import BackendError, ConfigurationError, UnknownPolicy
 from django_rl.inspection import (
@@ -65,6 +65,7 @@ def page(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
         "data_url": f"{_url(model_admin, 'data')}?{form.filters()}",
         "history_url": _url(model_admin, "charts"),
         "reset_url": _url(model_admin, "reset"),
+        "unblock_url": _url(model_admin, "unblock"),
         "poll_interval_ms": POLL_INTERVAL_MS,
         "updated": timezone.now(),
         # Every time on the page is in this zone, named (the script too: data-time-zone).
@@ -181,6 +182,32 @@ def reset(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(back)
 
 
+def unblock(model_admin: LiveCounterAdmin, request: HttpRequest) -> HttpResponse:
+    """End the blocks of the rows posted (``Policy.unblock``); POST, the reset permission."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    if not model_admin.has_reset_permission(request):
+        raise PermissionDenied
+    form = UnblockForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, " ".join(_errors(form)))
+        return HttpResponseRedirect(_url(model_admin, "changelist"))
+    back = f"{_url(model_admin, 'changelist')}?{form.cleaned_data['back']}"
+    ended = []
+    try:
+        for name, who in form.cleaned_data["unblock"]:
+            if any(policy.unblock(who) for policy in policies_named(name)):
+                ended.append(f"{who} under {name}")
+    except (TypeError, ConfigurationError) as exc:
+        messages.error(request, f"Nothing more was unblocked: {exc}")
+        return HttpResponseRedirect(back)
+    if ended:
+        messages.success(request, f"Unblocked {', '.join(ended)}.")
+    else:
+        messages.warning(request, "Nothing was blocked (or Redis could not answer).")
+    return HttpResponseRedirect(back)
+
+
 def _list(form: QueryForm) -> tuple[Page | None, str, int]:
     """Return (the page, "", 200) or (None, why not, the HTTP status that says so)."""
     if not form.is_valid():
@@ -207,6 +234,7 @@ def _fragments_context(
         "page": listed,
         "rows": listed.rows if listed else [],
         "can_reset": model_admin.has_reset_permission(request),
+        "unblock_url": _url(model_admin, "unblock"),
         "exact": form.is_valid() and form.query.exact,
         "first": form.is_valid() and form.query.cursor == FIRST_PAGE,
         "filtered": bool(form.data.get("policy") or form.data.get("q")),
@@ -276,5 +304,5 @@ def _url(model_admin: LiveCounterAdmin, view: str) -> str:
     )
 
 
-def _errors(form: QueryForm | ResetForm) -> list[str]:
+def _errors(form: QueryForm | ResetForm | UnblockForm) -> list[str]:
     return [f"{message}" for messages_ in form.errors.values() for message in messages_]

@@ -43,6 +43,8 @@ class Reading(NamedTuple):
     outcome: Outcome
     used: float
     detail: str
+    #: Seconds left in the identity's block (``block_for``, ``escalate``, ``block()``); 0: none.
+    blocked: float = 0.0
 
 
 #: Turns the replies of the commands ``queue_peek`` queued into a Reading. It

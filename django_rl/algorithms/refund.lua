@@ -34,8 +34,16 @@ while at <= #ARGV do
   local keys = {unpack(KEYS, first_key, first_key + nkeys - 1)}
   local args = {unpack(ARGV, at + 5, at + 4 + nargs)}
   local done = {unpack(ARGV, at + 5 + nargs, at + 4 + nargs + ndone)}
-  refunds[name](keys, now, cost, args, done, done_now)
-  replies[#replies + 1] = looks[name](keys, now, cost, false, args)
+  if string.byte(name) == 43 then  -- '+': with blocks (together.lua)
+    name = string.sub(name, 2)
+    local bkey, bargs = table.remove(keys), {args[1], args[2], args[3], args[4]}
+    args = {unpack(args, 5)}
+    refunds[name](keys, now, cost, args, {unpack(done, 4)}, done_now)
+    replies[#replies + 1] = blocks_decide(looks[name], keys, bkey, now, cost, false, args, bargs)
+  else
+    refunds[name](keys, now, cost, args, done, done_now)
+    replies[#replies + 1] = looks[name](keys, now, cost, false, args)
+  end
   first_key = first_key + nkeys
   at = at + 5 + nargs + ndone
 end

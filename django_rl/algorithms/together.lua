@@ -8,7 +8,11 @@
 -- ARGV[2]  '1' to count the hit when all allow, '0' to only look
 -- then per policy: its algorithm's name, the number of its keys, of its
 -- parameters, the cost, '1' if its denial denies the request ('0': a
--- policy in shadow mode, which never denies), then the parameters
+-- policy in shadow mode, which never denies), then the parameters. A name
+-- '+<algorithm>' is a policy with blocks (blocks.lua): its last key is the
+-- block's hash, its first four parameters blocks.lua's, and its reply
+-- blocks.lua's; a blocked policy denies, and one whose own denial is
+-- counted (a counting call) may start a block, whether or not it counted.
 --
 -- Returns {1 if the hit was counted, else 0; the time; then each policy's
 -- reply}. It
@@ -34,16 +38,34 @@ while at <= #ARGV do
     keys = {unpack(KEYS, first_key, first_key + nkeys - 1)},
     args = {unpack(ARGV, at + 5, at + 4 + nargs)},
   }
+  if string.byte(ARGV[at]) == 43 then  -- '+': with blocks
+    p.decide = block_algorithms[string.sub(ARGV[at], 2)]
+    p.bkey = table.remove(p.keys)
+    p.bargs = {p.args[1], p.args[2], p.args[3], p.args[4]}
+    p.args = {unpack(p.args, 5)}
+  end
   policies[#policies + 1] = p
   first_key = first_key + nkeys
   at = at + 5 + nargs
 end
 
+local function decide(p, commit)
+  if p.bkey then
+    return blocks_decide(p.decide, p.keys, p.bkey, now, p.cost, commit, p.args, p.bargs)
+  end
+  return p.decide(p.keys, now, p.cost, commit, p.args)
+end
+
 local replies = {}
-local all = 1
+local all, missed = 1, false
 for i, p in ipairs(policies) do
-  replies[i] = p.decide(p.keys, now, p.cost, false, p.args)
+  replies[i] = decide(p, false)
   local allowed = replies[i][1]
+  if p.bkey then
+    allowed = replies[i][4]
+    if replies[i][1] == 1 and allowed ~= -1 then allowed = 0 end
+  end
+  if allowed == -1 then missed = true end
   if allowed == -1 or (allowed == 0 and p.veto) then all = 0 end
 end
 if ARGV[2] ~= '1' then all = 0 end
@@ -52,7 +74,17 @@ if all == 1 then
   -- changes each policy's own keys only (the caller merges uses of one key
   -- into one policy), so each count decides as its look did.
   for i, p in ipairs(policies) do
-    replies[i] = p.decide(p.keys, now, p.cost, true, p.args)
+    replies[i] = decide(p, true)
+  end
+elseif ARGV[2] == '1' and not missed then
+  -- Counted nowhere; a policy's own denial (not a blocked hit) still counts
+  -- for its blocks.
+  for i, p in ipairs(policies) do
+    local r = replies[i]
+    if p.bkey and r[1] == 0 and r[4] == 0 then
+      local started = blocks_denied(p.bkey, now, p.bargs)
+      r[2], r[3] = started, started
+    end
   end
 end
 return {all, now, unpack(replies)}

@@ -62,7 +62,9 @@ class TokenBucket(BucketAlgorithm, ScriptAlgorithm):
 
     def outcome(self, reply: Sequence[int]) -> Outcome:
         allowed, units, retry_ms, reset_ms = reply
-        return new_tuple(Outcome, (bool(allowed), units // self.rate.period_ms, retry_ms, reset_ms))
+        # (Below zero only after a penalty, policies/points.py: no tokens left.)
+        remaining = max(units // self.rate.period_ms, 0)
+        return new_tuple(Outcome, (bool(allowed), remaining, retry_ms, reset_ms))
 
     def reading(self, reply: Sequence[int]) -> Reading:
         tokens = reply[1] / self.rate.period_ms

@@ -37,7 +37,7 @@ _CURSOR = re.compile(r"(?P<target>[0-9]{1,4}):(?P<position>[0-9]{1,20})")
 #: What may follow ``{prefix}:`` in a key of this app (see keys.key_for).
 _KEY_TAIL = re.compile(
     rf"(?P<policy>{POLICY_NAME.pattern}):\{{(?P<identity>[A-Za-z0-9.:_@~-]{{1,100}})\}}"
-    r":(?P<fingerprint>[0-9a-f]{8})(?::(?P<window>[0-9]{1,20}))?"
+    r":(?P<fingerprint>[0-9a-f]{8})(?::(?P<window>[0-9]{1,20})|:b)?"
 )
 #: Characters an identity in a key can contain; none is special in a glob.
 _IDENTITY_CHARACTERS = re.compile(r"[A-Za-z0-9.:_@~-]{0,100}")

@@ -69,6 +69,8 @@ class Row:
     retry_after: float = 0.0
     reset_after: float = 0.0
     detail: str = ""
+    #: Seconds left in the identity's block (0: not blocked).
+    blocked: float = 0.0
 
     @property
     def usage(self) -> float:
@@ -79,6 +81,11 @@ class Row:
     def selector(self) -> str:
         """Return ``policy:identity``, how reset forms name the row (policy names have no ``:``)."""
         return f"{self.policy}:{self.identity}"
+
+    @property
+    def blocked_text(self) -> str:
+        """Return the time left in the identity's block, in words ("" when not blocked)."""
+        return format_duration(self.blocked) if self.blocked else ""
 
     @property
     def retry_text(self) -> str:
@@ -111,6 +118,7 @@ class Row:
             "retry_after": self.retry_after,
             "reset_after": self.reset_after,
             "detail": self.detail,
+            "blocked": self.blocked,
             "keys": list(self.keys),
         }
 
@@ -296,7 +304,7 @@ def _live_row(
     keys: tuple[str, ...],
     reading: Reading,
 ) -> Row | None:
-    if reading.used <= 0:
+    if reading.used <= 0 and not reading.blocked:
         return None  # the state expired or was reset between SCAN and this read
     outcome = reading.outcome
     return Row(
@@ -316,6 +324,7 @@ def _live_row(
         retry_after=outcome.retry_after_ms / 1000,
         reset_after=outcome.reset_after_ms / 1000,
         detail=reading.detail,
+        blocked=reading.blocked,
     )
 
 

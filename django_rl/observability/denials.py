@@ -24,7 +24,7 @@ from typing import Any
 
 from django_rl.core.decision import Decision
 from django_rl.core.reprs import short_repr
-from django_rl.signals import rate_limited
+from django_rl.signals import identity_blocked, rate_limited
 
 denials_logger = logging.getLogger("django_rl.denials")
 logger = logging.getLogger("django_rl")
@@ -122,6 +122,19 @@ def _arguments(request: Any, policy: str, identity: str, decision: Decision) -> 
 
 def _send(request: Any, policy: str, identity: str, decision: Decision) -> None:
     _receiver_errors(rate_limited.send_robust(**_arguments(request, policy, identity, decision)))
+
+
+def report_block(request: Any, policy: str, identity: str, seconds: float) -> None:
+    """Send ``identity_blocked`` for a block that starts (``send_robust``: receivers' errors
+    logged as ``rate_limited``'s), and log it on ``django_rl.denials``."""
+    _receiver_errors(
+        identity_blocked.send_robust(
+            sender=policy, policy=policy, identity=identity, seconds=seconds, request=request
+        )
+    )
+    denials_logger.info(
+        "Policy %r blocked %s for %s s", policy, short_repr(identity), f"{seconds:,.3f}"
+    )
 
 
 def _receiver_errors(replies: Any) -> None:

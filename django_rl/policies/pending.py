@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from django_rl.policies.plans import Variant
@@ -14,6 +14,7 @@ class Pending(NamedTuple):
 
     :ivar key: the identity's base key at ``variant``.
     :ivar asked_at: the deny cache's clock when it was made (0.0 without one).
+    :ivar request: the request, or ``None`` (programmatic hits).
     """
 
     policy: Policy
@@ -22,3 +23,5 @@ class Pending(NamedTuple):
     key: str
     cost: int
     asked_at: float
+    #: The request deciding it, or ``None`` (``identity_blocked`` names it).
+    request: Any = None

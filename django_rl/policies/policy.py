@@ -51,6 +51,7 @@ from django_rl.policies.outcomes import DEGRADED_RETRY_AFTER
 from django_rl.policies.peeking import apeek_identity, peek_identity
 from django_rl.policies.pending import Pending
 from django_rl.policies.plans import Variant
+from django_rl.policies.points import PointsMixin, denied
 from django_rl.policies.reporting import shadowed
 from django_rl.policies.resetting import areset_identity, reset_identity
 from django_rl.policies.rollout import outside
@@ -59,7 +60,7 @@ from django_rl.policies.shape import PolicyShape
 __all__ = ["DEGRADED_RETRY_AFTER", "Pending", "Policy"]
 
 
-class Policy(PolicyShape):
+class Policy(PointsMixin, PolicyShape):
     """A limit: an algorithm at a rate, an identity function, and where state lives.
 
     Get one with :func:`get_policy`. ``identify(request)`` returns the
@@ -248,14 +249,16 @@ class Policy(PolicyShape):
         denials = self.denials
         if denials is None or given_ms() is not None:
             # (A given time: the deny cache keeps this process's time, not that one.)
-            pending = new_tuple(Pending, (self, variant, identity, key, cost, 0.0))
+            pending = new_tuple(Pending, (self, variant, identity, key, cost, 0.0, request))
         else:
             if denials.holds(key) is not None:
                 known = denials.lookup(key, cost)
                 if known is not None:
                     count_deny_cache_answer(self.name)
                     return self._without_redis(known, identity)
-            pending = new_tuple(Pending, (self, variant, identity, key, cost, denials.clock()))
+            pending = new_tuple(
+                Pending, (self, variant, identity, key, cost, denials.clock(), request)
+            )
         return pending if defer else self.ask(pending)
 
     def _select(
@@ -385,16 +388,8 @@ class Policy(PolicyShape):
             # A concurrency hit that took slots (only a counted one does).
             lease = Lease(self.backend, pending.key, outcome.token, pending.cost, self.name)
             decision = replace(decision, lease=lease)
-        if (
-            self.denials is not None
-            and not allowed
-            and pending.asked_at  # 0.0: not asked of the deny cache (a given time)
-            and getattr(variant.algorithm, "cache_denials", True)
-        ):
-            any_cost = variant.algorithm.denial_holds_for_any_cost
-            self.denials.remember(
-                pending.key, decision, pending.cost, pending.asked_at, any_cost=any_cost
-            )
+        if not allowed:  # remembered by the deny cache; a block that starts reported
+            denied(self, pending, outcome, decision)
         if counted and self._catalogue is not None:
             self._catalogue.record_if_due(variant)
         return decision

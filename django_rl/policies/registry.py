@@ -20,6 +20,7 @@ from django_rl.backends import get_backend
 from django_rl.conf import Settings, forget_on_change, get_settings
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError, UnknownPolicy
+from django_rl.policies.blocks_spec import with_blocks
 from django_rl.policies.deny_cache import get_deny_cache
 from django_rl.policies.fallback import LocalFallback, fallback_calendar, get_fallback_store
 from django_rl.policies.inline import InlineSpec, policy_name, url_specs
@@ -60,7 +61,7 @@ def build_policy(
 
     def build(text: str) -> Variant:
         """The variant at another rate: each rate of a per-plan policy, or of an override."""
-        algorithm = algorithm_at(parsed.spec, text)
+        algorithm = with_blocks(algorithm_at(parsed.spec, text), parsed.blocks)
         return make_variant(algorithm, text, prefix=prefix, name=name, extra=extra)
 
     rates = None
@@ -73,7 +74,7 @@ def build_policy(
         )
     policy = Policy(
         name,
-        parsed.algorithm,
+        with_blocks(parsed.algorithm, parsed.blocks),
         parsed.identify,
         get_backend(settings.connection),
         key_prefix=prefix,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_rl.algorithms import ALGORITHMS, ALL_PARAMETERS, Algorithm, ParameterError
+from django_rl.algorithms.blocking import Blocks
 from django_rl.core.identities import (
     KEY_HINT,
     AddressSettings,
@@ -29,6 +30,7 @@ from django_rl.core.problems import Problem
 from django_rl.core.rates import RateError, parse_rate
 from django_rl.core.reprs import short_repr
 from django_rl.docs_urls import doc_url
+from django_rl.policies.blocks_spec import BLOCK_KEYS, blocks_problems
 from django_rl.policies.fallback import CALENDAR_RATE, ZERO_FALLBACK
 from django_rl.policies.plans import (
     SAMPLE_RATE,
@@ -40,8 +42,9 @@ from django_rl.policies.plans import (
 )
 
 #: Policy keys every algorithm accepts.
-COMMON_KEYS = frozenset(
-    {"algorithm", "key", "fail_open", "fallback_rate", "mode", "enforce_percent"}
+COMMON_KEYS = (
+    frozenset({"algorithm", "key", "fail_open", "fallback_rate", "mode", "enforce_percent"})
+    | BLOCK_KEYS
 )
 #: A policy's ``mode``: it denies (``enforce``), or only counts and reports (``shadow``).
 MODES = ("enforce", "shadow")
@@ -82,6 +85,8 @@ class ParsedPolicy:
     fallback_rate: str | None
     #: The share of identities enforced, 0 to 100 (``rollout.py``).
     enforce_percent: float = 100.0
+    #: ``block_for`` and ``escalate`` (``blocks_spec.py``); ``None``: no blocks.
+    blocks: Blocks | None = None
 
 
 @dataclass
@@ -163,6 +168,8 @@ def parse_policy(
         kind = ALGORITHMS.get(spec.get("algorithm"))  # type: ignore[arg-type]
         spec = {**spec, "rate": getattr(kind, "sample_rate", SAMPLE_RATE)}
     problems += _mode_problems(spec, where) + fallback_rate_problems(spec, where)
+    blocks, found = blocks_problems(spec, where)
+    problems += found
     algorithm = _algorithm(spec, where, problems)
     if problems or not resolve:
         return Parse(problems)
@@ -185,6 +192,7 @@ def parse_policy(
             shadow=spec.get("mode") == "shadow",
             fallback_rate=spec.get("fallback_rate"),
             enforce_percent=float(spec.get("enforce_percent", 100)),
+            blocks=blocks,
         )
     )
 

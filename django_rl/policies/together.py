@@ -31,6 +31,7 @@ from redis.exceptions import RedisError
 
 from django_rl.algorithms import Outcome
 from django_rl.algorithms.base import PRELUDE
+from django_rl.algorithms.blocking import script_name
 from django_rl.backends import LuaScript
 from django_rl.backends.clock import ClockError
 from django_rl.observability.metrics import metrics
@@ -49,14 +50,14 @@ FRAGMENTS = (
 
 SCRIPT = LuaScript.from_parts(
     "django_rl.algorithms",
-    (PRELUDE, *(f"{name}.lua" for name in FRAGMENTS), "together.lua"),
+    (PRELUDE, *(f"{name}.lua" for name in FRAGMENTS), "blocks.lua", "together.lua"),
     "",
     name="together.lua",
 )
 #: Takes back what ``SCRIPT`` counted on one slot when another slot denied.
 REFUND = LuaScript.from_parts(
     "django_rl.algorithms",
-    (PRELUDE, *(f"{name}.lua" for name in FRAGMENTS), "refund.lua"),
+    (PRELUDE, *(f"{name}.lua" for name in FRAGMENTS), "blocks.lua", "refund.lua"),
     "",
     name="refund.lua",
 )
@@ -257,7 +258,7 @@ def _arguments(
     for hit, (hit_keys, parameters) in zip(group, entries, strict=True):
         keys += hit_keys
         veto = "0" if _shadow(hit) else "1"
-        argv += (hit.variant.algorithm.name, len(hit_keys), len(parameters), hit.cost, veto)
+        argv += (script_name(hit.variant.algorithm), len(hit_keys), len(parameters), hit.cost, veto)
         argv += parameters
     return keys, argv
 
@@ -276,7 +277,7 @@ def _segments(
     for hit, (hit_keys, parameters) in zip(group, entries, strict=True):
         keys += hit_keys
         veto = "0" if _shadow(hit) else "1"
-        name = hit.variant.algorithm.name
+        name = script_name(hit.variant.algorithm)
         segments.append((name, len(hit_keys), len(parameters), hit.cost, veto, *parameters))
     return keys, (time_argument, "1" if count else "0"), segments
 
@@ -295,8 +296,8 @@ def refund_arguments(node: RedisNode, call: _Call) -> tuple[list[str], list[int 
     argv: list[int | str] = [node.script_time(), call.now]
     for hit, (hit_keys, parameters), done in zip(call.group, call.sent, call.replies, strict=True):
         keys += hit_keys
-        argv += (hit.variant.algorithm.name, len(hit_keys), len(parameters), len(done), hit.cost)
-        argv += (*parameters, *done)
+        name = script_name(hit.variant.algorithm)
+        argv += (name, len(hit_keys), len(parameters), len(done), hit.cost, *parameters, *done)
     return keys, argv
 
 

@@ -43,6 +43,7 @@ ROW_FIELDS = {
     "retry_after",
     "reset_after",
     "detail",
+    "blocked",
     "keys",
 }
 

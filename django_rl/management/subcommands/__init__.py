@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from django_rl.management.subcommands import demo, inspect, policies, reset, top
+from django_rl.management.subcommands import demo, inspect, points, policies, reset, top
 
 
 class Subcommand(Protocol):
@@ -29,4 +29,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "reset": reset,
     "top": top,
     "demo": demo,
+    "block": points.block,
+    "unblock": points.unblock,
+    "penalize": points.penalize,
+    "reward": points.reward,
 }

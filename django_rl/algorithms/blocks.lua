@@ -1,0 +1,83 @@
+-- Blocks and escalation (policy keys block_for, escalate): a hash beside the
+-- algorithm's state, in the identity's hash slot, <key>:b, with a TTL:
+--   b  the block's end (ms, the decision's clock); blocked while now < b
+--   n  denials counted for escalate, since s
+--   s  when the first of them was counted (the `within` window starts there)
+--
+-- bargs[1]  block_for in ms (0: none)
+-- bargs[2]  escalate's `after` (0: no escalate)
+-- bargs[3]  escalate's `within` in ms
+-- bargs[4]  escalate's `block_for` in ms
+--
+-- Runs after prelude.lua and the algorithms' files.
+
+-- Ms left in the block of `bkey` at `now` (0: not blocked).
+local function blocks_left(bkey, now)
+  local ends = tonumber(redis.call('HGET', bkey, 'b') or '0')
+  if ends > now then return ends - now end
+  return 0
+end
+
+-- Makes `bkey` live until `keep` (ms on the decision's clock), or deletes it.
+local function blocks_keep(bkey, now, keep)
+  if keep > now then
+    redis.call('PEXPIRE', bkey, int(keep - now))
+  else
+    redis.call('DEL', bkey)
+  end
+end
+
+-- A denial was counted at `now`: start a block (block_for) and count it for
+-- escalate (which blocks once `after` denials fall within `within` of the
+-- first counted). Returns the block's length in ms (0: none started); when
+-- both start, the later end wins.
+local function blocks_denied(bkey, now, bargs)
+  local block_ms, after = tonumber(bargs[1]), tonumber(bargs[2])
+  local ends = 0
+  if block_ms > 0 then ends = now + block_ms end
+  local keep = ends
+  if after > 0 then
+    local within, escalated = tonumber(bargs[3]), tonumber(bargs[4])
+    local state = redis.call('HMGET', bkey, 'n', 's')
+    local n, since = tonumber(state[1] or '0'), tonumber(state[2] or '0')
+    if not state[2] or now - since >= within then n, since = 0, now end
+    n = n + 1
+    if n >= after then
+      -- Escalated: the count starts again with the next denial after the block.
+      if now + escalated > ends then ends = now + escalated end
+      redis.call('HDEL', bkey, 'n', 's')
+      keep = ends
+    else
+      redis.call('HSET', bkey, 'n', int(n), 's', int(since))
+      if since + within > keep then keep = since + within end
+    end
+  end
+  if ends > now then redis.call('HSET', bkey, 'b', int(ends)) end
+  -- Never shortened: a block or a count already kept longer stays so.
+  local ttl = redis.call('PTTL', bkey)
+  if ttl > 0 and now + ttl > keep then keep = now + ttl end
+  blocks_keep(bkey, now, keep)
+  if ends > now then return ends - now end
+  return 0
+end
+
+-- One algorithm's decision with the block in front of it. Returns
+-- {1 if blocked before this hit, ms of a block this hit started, ms left in
+-- the block, then the algorithm's reply}. A blocked hit is not counted (the
+-- algorithm only looks, for its own wait); a denial that is counted
+-- (`commit`) may start a block.
+local function blocks_decide(decide, keys, bkey, now, cost, commit, args, bargs)
+  local left = blocks_left(bkey, now)
+  if left > 0 then
+    return {1, 0, left, unpack(decide(keys, now, cost, false, args))}
+  end
+  local reply = decide(keys, now, cost, commit, args)
+  local started = 0
+  if commit and reply[1] == 0 then started = blocks_denied(bkey, now, bargs) end
+  return {0, started, started, unpack(reply)}
+end
+
+local block_algorithms = {
+  fixed_window = fixed_window, sliding_log = sliding_log, token_bucket = token_bucket,
+  gcra = gcra, sliding_window = sliding_window,
+}

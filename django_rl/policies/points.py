@@ -1,0 +1,201 @@
+"""Points and blocks set by code: ``penalize``, ``reward``, ``block``, ``unblock``.
+
+Each is one round trip (``algorithms/points.lua``, atomic: exact under any
+number of concurrent callers) on the node that owns the identity's key, at
+the rate a hit would be decided at (``Policy._select``: an override's rate,
+a per-plan rate). They answer the identity's state afterwards as ``peek``
+does (``unblock``: whether a block ended). Redis unable to answer: the
+Decision ``peek`` gives then (degraded; ``unblock``: ``False``), the outage
+logged by the node as for decisions.
+
+Also the policy's part of a denial (:func:`denied`): the deny cache
+remembers it (with ``escalate``, only a blocked identity's), and a block
+that starts sends ``identity_blocked``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from django_rl.algorithms import Outcome
+from django_rl.algorithms.blocking import (
+    BLOCK_SUFFIX,
+    BLOCKABLE,
+    MAX_ATTEMPTS,
+    POINTS_SCRIPT,
+    Blocking,
+    BlockOutcome,
+    Uncounted,
+    drive,
+)
+from django_rl.backends.clock import ClockError
+from django_rl.core.decision import Decision
+from django_rl.exceptions import ConfigurationError
+from django_rl.observability.denials import report_block
+from django_rl.policies import reset_epoch
+from django_rl.policies.peeking import peek_decision, peek_marked, selection
+from django_rl.policies.plans import Variant
+
+if TYPE_CHECKING:
+    from django_rl.backends.node import RedisNode
+    from django_rl.policies.pending import Pending
+    from django_rl.policies.policy import Policy
+
+PENALIZE, REWARD, BLOCK, UNBLOCK = "p", "r", "b", "u"
+
+
+class PointsMixin:
+    """:class:`~django_rl.policies.policy.Policy`'s ``penalize``, ``reward``, ``block``,
+    ``unblock``: see the module and ``docs/algorithms.md``."""
+
+    def penalize(self, identity: str, points: int = 1, *, request: Any = None) -> Decision:
+        """Count ``points`` for ``identity`` without refusing; return its state after."""
+        return change(self, identity, PENALIZE, points, request)[1]  # type: ignore[arg-type]
+
+    def reward(self, identity: str, points: int = 1, *, request: Any = None) -> Decision:
+        """Give ``identity`` back ``points`` (never emptier than fresh); return its state after."""
+        return change(self, identity, REWARD, points, request)[1]  # type: ignore[arg-type]
+
+    def block(self, identity: str, seconds: float) -> Decision:
+        """Deny ``identity`` for ``seconds`` from now; return its state after."""
+        return change(self, identity, BLOCK, seconds, None)[1]  # type: ignore[arg-type]
+
+    def unblock(self, identity: str) -> bool:
+        """End ``identity``'s block; ``False`` if there was none (or Redis cannot answer)."""
+        return change(self, identity, UNBLOCK, 0, None)[0] == 1  # type: ignore[arg-type]
+
+
+def checked_points(points: object) -> int:
+    """Return ``points`` if a whole number of at least 1.
+
+    :raises TypeError: not an ``int`` (a ``bool`` included).
+    :raises ValueError: below 1.
+    """
+    if type(points) is not int:
+        raise TypeError(f"points must be an int, not {type(points).__name__}")
+    if points < 1:
+        raise ValueError(f"points must be at least 1, not {points}")
+    return points
+
+
+def checked_seconds(seconds: object) -> int:
+    """Return ``seconds`` (a positive number, at most a year) in ms."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"seconds must be a number, not {type(seconds).__name__}")
+    if not 0 < seconds <= 366 * 86_400:
+        raise ValueError(f"seconds must be above 0 and at most a year, not {seconds!r}")
+    return max(1, round(seconds * 1000))
+
+
+def change(
+    policy: Policy, identity: str, op: str, amount: float, request: Any
+) -> tuple[int, Decision]:
+    """Make the change ``op`` (:data:`PENALIZE`, ...); return its answer and the state after.
+
+    :raises TypeError: for a ``concurrency`` policy, or a bad ``points``.
+    :raises ValueError: for ``points`` below 1.
+    """
+    _refuse_concurrency(policy, None)
+    if op in (PENALIZE, REWARD):
+        amount = checked_points(amount)
+    elif op == BLOCK:
+        amount = checked_seconds(amount)
+    selected = selection(policy, identity, request)
+    if type(selected) is not Variant:  # no limit, a static rate, an override's block
+        return 0, peek_marked(policy, identity, selected)  # type: ignore[arg-type]
+    _refuse_concurrency(policy, selected)
+    algorithm = selected.algorithm
+    blocking = isinstance(algorithm, Blocking)
+    if op == UNBLOCK and not blocking:
+        return 0, peek_marked(policy, identity, policy.peek(identity))
+    if op == BLOCK and not blocking:
+        raise ConfigurationError(
+            f"policy {policy.name!r} has neither block_for nor escalate, so its decisions "
+            "do not read blocks: set one of them to block() its identities"
+        )
+    key = policy.variant_key(selected, identity)
+    try:
+        answer, outcome = policy.backend.run(key, _run, algorithm, op, int(amount))
+    except RedisError:
+        answer, outcome = 0, None  # the node logged the outage, as for a decision
+    if outcome is not None and (op == REWARD or (op == UNBLOCK and answer)):
+        _forget(policy, key)  # a remembered denial may no longer hold
+    if op == BLOCK and answer > 0:
+        report_block(request, policy.name, identity, answer / 1000)
+    return answer, peek_marked(policy, identity, peek_decision(policy, selected, identity, outcome))
+
+
+def _refuse_concurrency(policy: Policy, variant: Variant | None) -> None:
+    variants = [variant] if variant is not None else policy.variants()
+    for each in variants:
+        if each.algorithm.name == "concurrency":
+            raise TypeError(
+                f"policy {policy.name!r} is a concurrency policy: it holds slots, not points; "
+                "penalize, reward, block and unblock apply to the other algorithms"
+            )
+
+
+def _forget(policy: Policy, key: str) -> None:
+    """Forget ``key``'s remembered denial here, and in other processes within a second."""
+    if policy.denials is not None:
+        policy.denials.forget(key)
+    # Redis unable to answer: the node logged it; other processes' entries end by themselves.
+    with contextlib.suppress(RedisError):
+        reset_epoch.bump()
+
+
+def _run(node: RedisNode, key: str, algorithm: Any, op: str, amount: int) -> tuple[int, Outcome]:
+    return drive(node, _steps(node, key, algorithm, op, amount), POINTS_SCRIPT)  # type: ignore[no-any-return]
+
+
+def _steps(node: RedisNode, key: str, algorithm: Any, op: str, amount: int) -> Any:
+    blocking = isinstance(algorithm, Blocking)
+    inner = algorithm.inner if blocking else algorithm
+    if inner.name not in BLOCKABLE:
+        raise TypeError(f"{inner.name} keeps no points")
+    for attempt in range(MAX_ATTEMPTS):
+        keys, parameters = inner.script_entry(node, key)
+        argv: list[int | str] = [node.script_time(), op, amount, inner.name, len(keys)]
+        if blocking:
+            keys = [*keys, key + BLOCK_SUFFIX]
+            argv += ["1", *algorithm.blocks.arguments]
+        else:
+            argv.append("0")
+        argv += parameters
+        sent = time.monotonic()
+        reply = yield keys, argv
+        outcome = algorithm.script_outcome(node, reply[1:], sent, time.monotonic())
+        if reply[0] != -1 and outcome is not None:
+            return int(reply[0]), outcome
+        if attempt and not node.app_clock:
+            node.clock.resync()
+    raise ClockError(
+        f"no current window found on the Redis server's clock in {MAX_ATTEMPTS} attempts"
+    )
+
+
+def denied(policy: Policy, pending: Pending, outcome: Outcome, decision: Decision) -> None:
+    """A denial Redis answered: the deny cache remembers it, and a block that starts is reported.
+
+    With ``escalate`` only a blocked identity's denial is remembered
+    (``Uncounted``): every other denial must reach Redis, where it counts.
+    """
+    algorithm = pending.variant.algorithm
+    kind = type(outcome)
+    if (
+        policy.denials is not None
+        and pending.asked_at  # 0.0: not asked of the deny cache (a given time)
+        and kind is not Uncounted
+        and getattr(algorithm, "cache_denials", True)
+    ):
+        any_cost = kind is BlockOutcome or algorithm.denial_holds_for_any_cost
+        policy.denials.remember(
+            pending.key, decision, pending.cost, pending.asked_at, any_cost=any_cost
+        )
+    if kind is BlockOutcome and outcome.started_ms:  # type: ignore[attr-defined]
+        seconds = outcome.started_ms / 1000  # type: ignore[attr-defined]
+        report_block(pending.request, policy.name, pending.identity, seconds)
