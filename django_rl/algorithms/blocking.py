@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from django_rl.algorithms.base import PRELUDE, Outcome, Reading, ReadReplies, new_tuple
 from django_rl.backends.aio_node import aeval
 from django_rl.backends.clock import ClockError
-from django_rl.backends.scripts import LuaScript
+from django_rl.backends.scripts import EncodedScript, LuaScript
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
@@ -40,22 +40,29 @@ BLOCK_SUFFIX = ":b"
 #: Attempts at the fixed window's current window (as ``fixed_window.MAX_ATTEMPTS``).
 MAX_ATTEMPTS = 4
 
-_PARTS = (PRELUDE, *(f"{name}.lua" for name in FRAGMENTS), "blocks.lua")
 
-#: One hit: ARGV = name, the number of the algorithm's keys, blocks.lua's four
-#: bargs, the algorithm's parameters, cost, '1' to count ('0': look), time.
-HIT_SCRIPT = LuaScript.from_parts(
-    "django_rl.algorithms",
-    _PARTS,
-    """
+#: One hit of the algorithm ``{name}`` with blocks: ARGV = the algorithm's parameters
+#: (read as its ``args``, which ignores what follows), blocks.lua's four bargs, the
+#: number of the algorithm's keys, cost, '1' to count ('0': look), the time. KEYS:
+#: the algorithm's, then the block hash.
+_ALONE = """
 local n = #ARGV
-local nkeys = tonumber(ARGV[2])
-return blocks_decide(block_algorithms[ARGV[1]], {unpack(KEYS, 1, nkeys)}, KEYS[nkeys + 1],
-  clock(ARGV[n]), tonumber(ARGV[n - 2]), ARGV[n - 1] == '1', {unpack(ARGV, 7, n - 3)},
-  {ARGV[3], ARGV[4], ARGV[5], ARGV[6]})
-""",
-    name="blocks.lua",
-)
+local nkeys = tonumber(ARGV[n - 3])
+local keys = KEYS
+if nkeys ~= 1 then keys = {{unpack(KEYS, 1, nkeys)}} end
+return blocks_decide({name}, keys, KEYS[nkeys + 1], clock(ARGV[n]), tonumber(ARGV[n - 2]),
+  ARGV[n - 1] == '1', ARGV, ARGV, n - 7)
+"""
+#: Each algorithm's script with blocks (its own Lua function only: a short script).
+HIT_SCRIPTS = {
+    name: LuaScript.from_parts(
+        "django_rl.algorithms",
+        (PRELUDE, f"{name}.lua", "blocks.lua"),
+        _ALONE.format(name=name),
+        name=f"blocks.lua ({name})",
+    )
+    for name in FRAGMENTS
+}
 #: The ms left in a block (0: none): KEYS[1] the block hash, ARGV[1] the time.
 LEFT_SCRIPT = LuaScript.from_parts(
     "django_rl.algorithms",
@@ -70,7 +77,10 @@ return 0
 )
 #: penalize, reward, block, unblock (``policies/points.py``).
 POINTS_SCRIPT = LuaScript.from_parts(
-    "django_rl.algorithms", (*_PARTS, "points.lua"), "", name="points.lua"
+    "django_rl.algorithms",
+    (PRELUDE, *(f"{name}.lua" for name in FRAGMENTS), "blocks.lua", "points.lua"),
+    "",
+    name="points.lua",
 )
 
 
@@ -118,8 +128,8 @@ def block_key(key: str) -> str:
     return key + BLOCK_SUFFIX
 
 
-#: Steps of a script call: yields (KEYS, ARGV), is sent the reply.
-Steps = Generator[tuple[list[str], tuple[int | str, ...]], Any, Any]
+#: Steps of a script call: yields (KEYS, (ARGV's head, its segment)), is sent the reply.
+Steps = Generator[tuple[list[str], tuple[tuple[Any, ...], tuple[Any, ...]]], Any, Any]
 
 
 class Blocking:
@@ -130,6 +140,16 @@ class Blocking:
         self.blocks = blocks
         self.script_name = "+" + inner.name
         self._arguments = blocks.arguments
+        self._script = HIT_SCRIPTS[inner.name]
+        #: The script algorithm's reading of its reply (the fixed window's: None).
+        self._outcome: Any = getattr(inner, "outcome", None)
+        #: An algorithm whose keys and parameters never change (one key: all but the
+        #: fixed window): its EVALSHA encoded once but for the key, cost, commit, time.
+        self._encoded: EncodedScript | None = None
+        if inner.name != "fixed_window":
+            parameters = inner.script_entry(None, "")[1]  # type: ignore[arg-type]  # (no node)
+            fixed = (*parameters, *self._arguments, 1)
+            self._encoded = EncodedScript(self._script, fixed, 3, (BLOCK_SUFFIX,))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -138,16 +158,17 @@ class Blocking:
         return f"Blocking({self.inner!r}, {self.blocks!r})"
 
     def steps(self, node: RedisNode, key: str, cost: int, commit: str) -> Steps:
-        """A hit's (or look's) steps: the script, again when a fixed window's estimate missed."""
+        """A hit's (or look's) steps: the script, again when a fixed window's estimate missed.
+
+        Yields ``(KEYS, (head, tail))``: ARGV's head, whose encoding the script
+        keeps (``LuaScript.run``'s segment), and its tail.
+        """
         inner = self.inner
         for attempt in range(MAX_ATTEMPTS):
             keys, parameters = inner.script_entry(node, key)
-            argv = (
-                inner.name, len(keys), *self._arguments, *parameters, cost, commit,
-                node.script_time(),
-            )  # fmt: skip
+            segment = (*parameters, *self._arguments, len(keys))
             sent = time.monotonic()
-            reply = yield [*keys, key + BLOCK_SUFFIX], argv
+            reply = yield [*keys, key + BLOCK_SUFFIX], (segment, (cost, commit, node.script_time()))
             outcome = self.script_outcome(node, reply, sent, time.monotonic())
             if outcome is not None:
                 return outcome
@@ -158,10 +179,32 @@ class Blocking:
         )
 
     def hit(self, node: RedisNode, key: str, cost: int) -> Outcome:
-        return drive(node, self.steps(node, key, cost, "1"), HIT_SCRIPT)  # type: ignore[no-any-return]
+        encoded = self._encoded
+        if encoded is None:
+            # The fixed window: its first attempt without the steps' generator.
+            keys, parameters = self.inner.script_entry(node, key)
+            head = (*parameters, *self._arguments, len(keys))
+            sent = time.monotonic()
+            reply = self._script.run(
+                node.client,
+                [*keys, key + BLOCK_SUFFIX],
+                (),
+                (head, (cost, "1", node.script_time())),
+            )
+            found = self.script_outcome(node, reply, sent, time.monotonic())
+            if found is not None:
+                return found
+            return drive(node, self.steps(node, key, cost, "1"), self._script)  # type: ignore[no-any-return]
+        reply = encoded(node.client, key, cost, "1", node.script_time())
+        if not reply[2]:  # not blocked (the usual case)
+            outcome = self._outcome(reply[3:])
+            if not outcome[0] and self.blocks.after:
+                return Uncounted(*outcome)
+            return outcome  # type: ignore[no-any-return]
+        return self.script_outcome(node, reply, 0.0, 0.0)  # type: ignore[return-value]  # one key
 
     async def ahit(self, node: RedisNode, key: str, cost: int) -> Outcome:
-        return await adrive(node, self.steps(node, key, cost, "1"), HIT_SCRIPT)  # type: ignore[no-any-return]
+        return await adrive(node, self.steps(node, key, cost, "1"), self._script)  # type: ignore[no-any-return]
 
     def peek(self, node: RedisNode, key: str) -> Outcome:
         read, replies = node.pipeline(lambda pipe: self.queue_peek(pipe, node, key))
@@ -211,11 +254,13 @@ class Blocking:
 
 
 def drive(node: RedisNode, steps: Steps, script: LuaScript) -> Any:
-    """Run ``steps`` with ``script``, each step one EVALSHA."""
+    """Run ``steps`` with ``script``, each step one EVALSHA (``LuaScript.run``: the head's
+    encoding kept as a segment, then the tail)."""
     try:
-        keys, argv = next(steps)
+        keys, (head, tail) = next(steps)
         while True:
-            keys, argv = steps.send(script(node.client, keys, argv))
+            reply = script.run(node.client, keys, (), (head, tail))
+            keys, (head, tail) = steps.send(reply)
     except StopIteration as done:
         return done.value
 
@@ -223,8 +268,9 @@ def drive(node: RedisNode, steps: Steps, script: LuaScript) -> Any:
 async def adrive(node: RedisNode, steps: Steps, script: LuaScript) -> Any:
     """:func:`drive`, awaited."""
     try:
-        keys, argv = next(steps)
+        keys, (head, tail) = next(steps)
         while True:
-            keys, argv = steps.send(await aeval(node, script, keys, argv))
+            reply = await aeval(node, script, keys, (*head, *tail))
+            keys, (head, tail) = steps.send(reply)
     except StopIteration as done:
         return done.value

@@ -4,10 +4,11 @@
 --   n  denials counted for escalate, since s
 --   s  when the first of them was counted (the `within` window starts there)
 --
--- bargs[1]  block_for in ms (0: none)
--- bargs[2]  escalate's `after` (0: no escalate)
--- bargs[3]  escalate's `within` in ms
--- bargs[4]  escalate's `block_for` in ms
+-- bargs[at]      block_for in ms (0: none)
+-- bargs[at + 1]  escalate's `after` (0: no escalate)
+-- bargs[at + 2]  escalate's `within` in ms
+-- bargs[at + 3]  escalate's `block_for` in ms
+-- (`at` is 1 where not given: bargs a table of its own)
 --
 -- Runs after prelude.lua and the algorithms' files.
 
@@ -31,13 +32,14 @@ end
 -- escalate (which blocks once `after` denials fall within `within` of the
 -- first counted). Returns the block's length in ms (0: none started); when
 -- both start, the later end wins.
-local function blocks_denied(bkey, now, bargs)
-  local block_ms, after = tonumber(bargs[1]), tonumber(bargs[2])
+local function blocks_denied(bkey, now, bargs, at)
+  at = at or 1
+  local block_ms, after = tonumber(bargs[at]), tonumber(bargs[at + 1])
   local ends = 0
   if block_ms > 0 then ends = now + block_ms end
   local keep = ends
   if after > 0 then
-    local within, escalated = tonumber(bargs[3]), tonumber(bargs[4])
+    local within, escalated = tonumber(bargs[at + 2]), tonumber(bargs[at + 3])
     local state = redis.call('HMGET', bkey, 'n', 's')
     local n, since = tonumber(state[1] or '0'), tonumber(state[2] or '0')
     if not state[2] or now - since >= within then n, since = 0, now end
@@ -66,18 +68,13 @@ end
 -- the block, then the algorithm's reply}. A blocked hit is not counted (the
 -- algorithm only looks, for its own wait); a denial that is counted
 -- (`commit`) may start a block.
-local function blocks_decide(decide, keys, bkey, now, cost, commit, args, bargs)
+local function blocks_decide(decide, keys, bkey, now, cost, commit, args, bargs, at)
   local left = blocks_left(bkey, now)
   if left > 0 then
     return {1, 0, left, unpack(decide(keys, now, cost, false, args))}
   end
   local reply = decide(keys, now, cost, commit, args)
   local started = 0
-  if commit and reply[1] == 0 then started = blocks_denied(bkey, now, bargs) end
+  if commit and reply[1] == 0 then started = blocks_denied(bkey, now, bargs, at) end
   return {0, started, started, unpack(reply)}
 end
-
-local block_algorithms = {
-  fixed_window = fixed_window, sliding_log = sliding_log, token_bucket = token_bucket,
-  gcra = gcra, sliding_window = sliding_window,
-}

@@ -162,7 +162,11 @@ if with_blocks then
   bkey, bargs, first = KEYS[nkeys + 1], {ARGV[7], ARGV[8], ARGV[9], ARGV[10]}, 11
 end
 local args = {unpack(ARGV, first, #ARGV)}
-local decide = block_algorithms[name]
+local looks = {
+  fixed_window = fixed_window, sliding_log = sliding_log, token_bucket = token_bucket,
+  gcra = gcra, sliding_window = sliding_window,
+}
+local decide = looks[name]
 
 local answer = 0
 if op == 'p' or op == 'r' then

@@ -39,7 +39,7 @@ while at <= #ARGV do
     args = {unpack(ARGV, at + 5, at + 4 + nargs)},
   }
   if string.byte(ARGV[at]) == 43 then  -- '+': with blocks
-    p.decide = block_algorithms[string.sub(ARGV[at], 2)]
+    p.decide = algorithms[string.sub(ARGV[at], 2)]
     p.bkey = table.remove(p.keys)
     p.bargs = {p.args[1], p.args[2], p.args[3], p.args[4]}
     p.args = {unpack(p.args, 5)}

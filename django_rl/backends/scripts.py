@@ -154,11 +154,20 @@ class EncodedScript:
     NOSCRIPT, the script is run as :class:`LuaScript` runs it.
     """
 
-    def __init__(self, script: LuaScript, fixed: Sequence[int | str], variable: int) -> None:
+    def __init__(
+        self,
+        script: LuaScript,
+        fixed: Sequence[int | str],
+        variable: int,
+        suffixes: Sequence[str] = (),
+    ) -> None:
+        """``suffixes``: more keys, each the key and a suffix (a block's ``<key>:b``)."""
         self.script = script
         self.fixed = tuple(fixed)
-        count = 4 + len(self.fixed) + variable  # EVALSHA, the SHA, 1, the key, the rest
-        self.head = b"*%d\r\n" % count + _EVALSHA + bulk(script.sha) + bulk(1)
+        self.suffixes = tuple(suffixes)
+        keys = 1 + len(self.suffixes)
+        count = 3 + keys + len(self.fixed) + variable  # EVALSHA, the SHA, the number of keys
+        self.head = b"*%d\r\n" % count + _EVALSHA + bulk(script.sha) + bulk(keys)
         self.middle = b"".join(bulk(arg) for arg in self.fixed)
         #: The variable arguments' encodings seen so far (a decision's are
         #: nearly always the same few: cost 1, count, the server's time).
@@ -173,14 +182,21 @@ class EncodedScript:
                 if len(self._tails) < _MAX_TAILS:  # times (CLOCK "app") vary: bounded
                     self._tails[variable] = tail
             data = key.encode()  # as resp.bulk encodes a key, in one formatting
-            encoded = b"%b$%d\r\n%b\r\n%b%b" % (self.head, len(data), data, self.middle, tail)
+            if not self.suffixes:
+                encoded = b"%b$%d\r\n%b\r\n%b%b" % (self.head, len(data), data, self.middle, tail)
+            else:
+                more = b"".join(bulk(key + suffix) for suffix in self.suffixes)
+                encoded = b"%b$%d\r\n%b\r\n%b%b%b" % (
+                    self.head, len(data), data, more, self.middle, tail,
+                )  # fmt: skip
             reply = client.send_encoded(encoded)  # (NOT_SENT where it cannot take it encoded)
             if not isinstance(reply, ResponseError):
                 if reply is not NOT_SENT:
                     return reply
             elif not isinstance(reply, NoScriptError):
                 raise reply
-        return self.script(client, (key,), (*self.fixed, *variable))
+        keys = (key, *(key + suffix for suffix in self.suffixes))
+        return self.script(client, keys, (*self.fixed, *variable))
 
 
 def replies_with_scripts(client: KeptConnectionClient, commands: Sequence[Command]) -> list[Any]:

@@ -167,7 +167,7 @@ def _steps(node: RedisNode, key: str, algorithm: Any, op: str, amount: int) -> A
             argv.append("0")
         argv += parameters
         sent = time.monotonic()
-        reply = yield keys, argv
+        reply = yield keys, (tuple(argv), ())
         outcome = algorithm.script_outcome(node, reply[1:], sent, time.monotonic())
         if reply[0] != -1 and outcome is not None:
             return int(reply[0]), outcome
@@ -192,7 +192,8 @@ def denied(policy: Policy, pending: Pending, outcome: Outcome, decision: Decisio
         and kind is not Uncounted
         and getattr(algorithm, "cache_denials", True)
     ):
-        any_cost = kind is BlockOutcome or algorithm.denial_holds_for_any_cost
+        # (A block's denial too: its Retry-After may be the algorithm's wait for this cost.)
+        any_cost = algorithm.denial_holds_for_any_cost
         policy.denials.remember(
             pending.key, decision, pending.cost, pending.asked_at, any_cost=any_cost
         )

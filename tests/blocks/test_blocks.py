@@ -211,3 +211,27 @@ def test_bad_keys_are_check_errors_and_raise_on_use(settings, keys):
 
 def test_unused_server_ms(redis_client):
     assert server_ms(redis_client) > 0
+
+
+def test_the_signal_names_the_request_of_the_denial(settings, spec, blocks_sent):
+    from django.test import RequestFactory
+
+    policy = use(settings, spec, block_for="1h")
+    request = RequestFactory().get("/", REMOTE_ADDR="192.0.2.50")
+    decisions = [policy.hit_request(request) for _ in range(4)]
+    assert [d.allowed for d in decisions] == [True, True, False, False]
+    assert [(b["identity"], b["request"]) for b in blocks_sent] == [(ID, request)]
+
+
+def test_during_an_outage_a_policy_with_blocks_is_degraded(settings, spec):
+    from django.test import override_settings
+
+    from tests.support.redis_server import caches_for, free_port
+
+    settings.DJANGO_RL = {"POLICIES": {"p": {**spec, "block_for": "1h", "fallback_rate": "1/h"}}}
+    with override_settings(CACHES=caches_for(f"redis://127.0.0.1:{free_port()}/0")):
+        policy = get_policy("p")
+        first, second = policy.hit(ID), policy.hit(ID)
+        assert first.degraded and first.allowed
+        assert second.degraded and not second.allowed
+        assert policy.peek(ID).degraded

@@ -162,15 +162,14 @@ def test_exact_under_32_concurrent_callers(policy):
 
 
 def test_redis_down_is_degraded_never_an_exception(settings, policy):
-    down = caches_for(f"redis://127.0.0.1:{free_port()}/0")
-    with override_settings(CACHES=down):
-        settings.DJANGO_RL = {
-            "POLICIES": {
-                "p": {**ALGORITHMS["sliding_log"], "key": "ip"},
-                "b": {**ALGORITHMS["sliding_log"], "key": "ip", "block_for": "1h"},
-            },
-            "FAIL_OPEN": False,
-        }
+    settings.DJANGO_RL = {
+        "POLICIES": {
+            "p": {**ALGORITHMS["sliding_log"], "key": "ip"},
+            "b": {**ALGORITHMS["sliding_log"], "key": "ip", "block_for": "1h"},
+        },
+        "FAIL_OPEN": False,
+    }
+    with override_settings(CACHES=caches_for(f"redis://127.0.0.1:{free_port()}/0")):
         assert django_rl.penalize("p", ID).degraded
         assert django_rl.reward("p", ID).degraded
         assert django_rl.block("b", ID, 10).degraded
