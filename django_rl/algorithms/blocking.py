@@ -107,10 +107,12 @@ class BlockOutcome(Outcome):
     """The Outcome of a hit denied by a block, or of a denial that started one.
 
     Still a 4-tuple; ``started_ms`` is the length of the block this hit
-    started (0: none; it was blocked before).
+    started (0: none; it was blocked before); ``operator``: blocked by
+    ``block()``, which a shadow policy enforces too.
     """
 
     started_ms: int
+    operator: bool
 
 
 class Uncounted(Outcome):
@@ -247,6 +249,7 @@ class Blocking:
         if left:
             blocked = BlockOutcome(False, 0, max(left, outcome[2]), max(left, outcome[3]))
             blocked.started_ms = reply[1]
+            blocked.operator = reply[0] == 2
             return blocked
         if not outcome[0] and self.blocks.after:
             return Uncounted(*outcome)

@@ -1,6 +1,7 @@
 -- Blocks and escalation (policy keys block_for, escalate): a hash beside the
 -- algorithm's state, in the identity's hash slot, <key>:b, with a TTL:
 --   b  the block's end (ms, the decision's clock); blocked while now < b
+--   o  the end of an operator's block (block()): enforced in every mode
 --   n  denials counted for escalate, since s
 --   s  when the first of them was counted (the `within` window starts there)
 --
@@ -12,11 +13,13 @@
 --
 -- Runs after prelude.lua and the algorithms' files.
 
--- Ms left in the block of `bkey` at `now` (0: not blocked).
+-- Ms left in the block of `bkey` at `now` (0: not blocked), and whether an
+-- operator's block (block()) is in force.
 local function blocks_left(bkey, now)
-  local ends = tonumber(redis.call('HGET', bkey, 'b') or '0')
-  if ends > now then return ends - now end
-  return 0
+  local state = redis.call('HMGET', bkey, 'b', 'o')
+  local ends = tonumber(state[1] or '0')
+  if ends > now then return ends - now, tonumber(state[2] or '0') > now end
+  return 0, false
 end
 
 -- Makes `bkey` live until `keep` (ms on the decision's clock), or deletes it.
@@ -64,14 +67,15 @@ local function blocks_denied(bkey, now, bargs, at)
 end
 
 -- One algorithm's decision with the block in front of it. Returns
--- {1 if blocked before this hit, ms of a block this hit started, ms left in
+-- {1 if blocked before this hit (2: by an operator's block, which a shadow
+-- policy enforces too), ms of a block this hit started, ms left in
 -- the block, then the algorithm's reply}. A blocked hit is not counted (the
 -- algorithm only looks, for its own wait); a denial that is counted
 -- (`commit`) may start a block.
 local function blocks_decide(decide, keys, bkey, now, cost, commit, args, bargs, at)
-  local left = blocks_left(bkey, now)
+  local left, operator = blocks_left(bkey, now)
   if left > 0 then
-    return {1, 0, left, unpack(decide(keys, now, cost, false, args))}
+    return {operator and 2 or 1, 0, left, unpack(decide(keys, now, cost, false, args))}
   end
   local reply = decide(keys, now, cost, commit, args)
   local started = 0

@@ -176,14 +176,14 @@ elseif op == 'b' then
   local ends = now + amount
   local was = tonumber(redis.call('HGET', bkey, 'b') or '0')
   if was < ends then
-    redis.call('HSET', bkey, 'b', int(ends))
+    redis.call('HSET', bkey, 'b', int(ends), 'o', int(ends))
     local ttl = redis.call('PTTL', bkey)
     if ttl < amount then redis.call('PEXPIRE', bkey, int(amount)) end
     answer = amount
   end
 elseif op == 'u' then
   if blocks_left(bkey, now) > 0 then
-    redis.call('HDEL', bkey, 'b')
+    redis.call('HDEL', bkey, 'b', 'o')
     answer = 1
   end
 end

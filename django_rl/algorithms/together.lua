@@ -61,12 +61,15 @@ local all, missed = 1, false
 for i, p in ipairs(policies) do
   replies[i] = decide(p, false)
   local allowed = replies[i][1]
+  local veto = p.veto
   if p.bkey then
     allowed = replies[i][4]
-    if replies[i][1] == 1 and allowed ~= -1 then allowed = 0 end
+    if replies[i][1] ~= 0 and allowed ~= -1 then allowed = 0 end
+    -- An operator's block is enforced in every mode, shadow included.
+    if replies[i][1] == 2 then veto = true end
   end
   if allowed == -1 then missed = true end
-  if allowed == -1 or (allowed == 0 and p.veto) then all = 0 end
+  if allowed == -1 or (allowed == 0 and veto) then all = 0 end
 end
 if ARGV[2] ~= '1' then all = 0 end
 if all == 1 then

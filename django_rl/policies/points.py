@@ -36,7 +36,7 @@ from django_rl.backends.clock import ClockError
 from django_rl.core.decision import Decision
 from django_rl.exceptions import ConfigurationError
 from django_rl.observability.denials import report_block
-from django_rl.policies import reset_epoch
+from django_rl.policies import operator_blocks, reset_epoch
 from django_rl.policies.peeking import peek_decision, peek_marked, selection
 from django_rl.policies.plans import Variant
 
@@ -125,7 +125,10 @@ def change(
     if outcome is not None and (op == REWARD or (op == UNBLOCK and answer)):
         _forget(policy, key)  # a remembered denial may no longer hold
     if op == BLOCK and answer > 0:
+        operator_blocks.note(policy.name, identity, answer / 1000)
         report_block(request, policy.name, identity, answer / 1000)
+    elif op == UNBLOCK and answer:
+        operator_blocks.forget(policy.name, identity)
     return answer, peek_marked(policy, identity, peek_decision(policy, selected, identity, outcome))
 
 
@@ -197,6 +200,11 @@ def denied(policy: Policy, pending: Pending, outcome: Outcome, decision: Decisio
         policy.denials.remember(
             pending.key, decision, pending.cost, pending.asked_at, any_cost=any_cost
         )
+    if policy.shadow or policy.partial:  # (they mark Decisions shadow: reporting.shadowed)
+        if kind is BlockOutcome and outcome.operator:  # type: ignore[attr-defined]
+            operator_blocks.note(policy.name, pending.identity, decision.retry_after)
+        else:
+            operator_blocks.forget(policy.name, pending.identity)
     if kind is BlockOutcome and outcome.started_ms:  # type: ignore[attr-defined]
         seconds = outcome.started_ms / 1000  # type: ignore[attr-defined]
         report_block(pending.request, policy.name, pending.identity, seconds)

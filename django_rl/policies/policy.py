@@ -318,7 +318,7 @@ class Policy(PointsMixin, PolicyShape):
         never marked: it is enforced in every mode, and vetoes).
         """
         if self.shadow or (self.partial and outside(self, identity)):
-            return replace(decision, shadow=True)
+            return shadowed(self.name, identity, decision)
         return decision
 
     def ask(self, pending: Pending) -> Decision:

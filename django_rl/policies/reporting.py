@@ -19,6 +19,7 @@ from django_rl.observability.history import RECORDER, field_of
 from django_rl.observability.metrics import count_decisions
 from django_rl.overrides.loader import rules_for
 from django_rl.overrides.rules import BLOCK
+from django_rl.policies import operator_blocks
 from django_rl.policies.rollout import outside
 
 if TYPE_CHECKING:
@@ -28,10 +29,13 @@ if TYPE_CHECKING:
 def shadowed(name: str, identity: str, decision: Decision, also: str | None = None) -> Decision:
     """Return ``decision`` of a policy in shadow mode marked ``shadow=True``.
 
-    Except an operator's block (an override of ``identity``, or of ``also``):
-    it is enforced in every mode, shadow and ``SHADOW`` included.
+    Except an operator's block (an override of ``identity``, or of ``also``;
+    ``block()``: ``operator_blocks.py``): it is enforced in every mode, shadow
+    and ``SHADOW`` included.
     """
     if not decision.allowed:
+        if operator_blocks.blocked(name, identity):
+            return decision
         rules = rules_for(name)
         rule = rules.match(identity) if rules is not None else None
         if rule is None and rules is not None and also is not None:

@@ -235,3 +235,41 @@ def test_during_an_outage_a_policy_with_blocks_is_degraded(settings, spec):
         assert first.degraded and first.allowed
         assert second.degraded and not second.allowed
         assert policy.peek(ID).degraded
+
+
+def test_usage_reports_a_block(settings, spec):
+    from django.test import RequestFactory
+
+    from django_rl import usage
+
+    policy = use(settings, spec, block_for="1h")
+    policy.block(ID, 600)
+    (decision,) = usage(RequestFactory().get("/", REMOTE_ADDR="192.0.2.50"), ["p"])
+    assert not decision.allowed and 590 < decision.retry_after <= 600
+
+
+def test_an_operators_block_is_enforced_in_shadow_mode(settings, spec):
+    from django_rl import hit_many
+
+    settings.DJANGO_RL = {
+        "POLICIES": {
+            "p": {**spec, "block_for": "1h", "mode": "shadow"},
+            "wide": {"algorithm": "sliding_log", "rate": "100/h", "key": "ip"},
+        },
+    }
+    policy = get_policy("p")
+    # The policy's own block: a shadow denial.
+    decisions = [policy.hit(ID) for _ in range(4)]
+    assert [(d.allowed, d.shadow) for d in decisions[2:]] == [(False, True)] * 2
+    policy.unblock(ID)
+    policy.reset(ID)
+    # An operator's block: enforced, here, from the deny cache and in a request of several.
+    policy.block(ID, 600)
+    for _ in range(3):
+        decision = policy.hit(ID)
+        assert not decision.allowed and not decision.shadow and decision.denies
+    together = hit_many([("p", ID, 1), ("wide", ID, 1)])
+    assert together[0].denies
+    assert get_policy("wide").peek(ID).remaining == 100
+    assert policy.unblock(ID)
+    assert policy.hit(ID).allowed

@@ -174,3 +174,41 @@ def test_redis_down_is_degraded_never_an_exception(settings, policy):
         assert django_rl.reward("p", ID).degraded
         assert django_rl.block("b", ID, 10).degraded
         assert django_rl.unblock("b", ID) is False
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_exact_across_processes(redis_server, redis_client, name):
+    import multiprocessing
+
+    start_of_fresh_window(redis_client, 3_600_000, min_left_ms=120_000)
+    from tests.blocks.points_workers import penalize_and_reward
+
+    policies = {name: {**ALGORITHMS[name], "key": "ip"}}
+    context = multiprocessing.get_context("spawn")
+    go, results = context.Event(), context.Queue()
+    readies = [context.Event() for _ in range(3)]
+    children = [
+        context.Process(
+            target=penalize_and_reward,
+            args=(redis_server.url, policies, name, ID, ready, go, results),
+        )
+        for ready in readies
+    ]
+    for child in children:
+        child.start()
+    try:
+        for ready in readies:
+            assert ready.wait(60), "a child process did not start"
+        with override_settings(DJANGO_RL={"POLICIES": policies}):
+            policy = get_policy(name)
+            policy.penalize(ID, 1_000)  # far past the limit: every point counts
+            go.set()
+            assert [results.get(timeout=120) for _ in children] == ["done"] * 3
+            # 1000 + 3 processes * 8 threads * 10 * (3 - 1) = 1480 points.
+            assert policy.reward(ID, 1_480 - 4).remaining == 6
+    finally:
+        for child in children:
+            child.join(30)
+            if child.is_alive():
+                child.kill()
+    assert all(child.exitcode == 0 for child in children)
