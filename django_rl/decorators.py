@@ -43,20 +43,18 @@ from django_rl.core.rates import parse_rate
 from django_rl.core.recording import recorded
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import RateLimited
-from django_rl.http import slots
+from django_rl.http import settlement, slots
 from django_rl.http.headers import write_headers
 from django_rl.http.responses import too_many_requests
 from django_rl.leases import Lease
 from django_rl.policies import engine, inline
+from django_rl.policies.charging import HTTP_METHODS, Charging, judge_charging, judge_cost
 from django_rl.policies.engine import Limit, Verdict
 from django_rl.policies.plans import is_rate_function
 
 V = TypeVar("V", bound=Callable[..., Any])
 
-#: The methods ``methods=`` may name: RFC 9110's and PATCH (RFC 5789).
-HTTP_METHODS = frozenset(
-    {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
-)
+__all__ = ["HTTP_METHODS", "ratelimit"]
 
 
 #: The attribute of a decorated view (or ``dispatch``) that lists its limits.
@@ -118,8 +116,11 @@ def ratelimit(
     algorithm: str | None = None,
     group: str | None = None,
     methods: Iterable[str] | None = None,
-    cost: int = 1,
+    cost: int | Callable[[HttpRequest], int] = 1,
     block: bool = True,
+    costs: Mapping[str, int] | None = None,
+    count_when: str | Callable[[HttpRequest, HttpResponse], bool] | None = None,
+    charge: str | Callable[[HttpRequest, HttpResponse], int] | None = None,
     **unexpected: NoReturn,
 ) -> Callable[[V], V]:
     """Limit a view by named policies of ``DJANGO_RL["POLICIES"]``, or by a policy of its own.
@@ -148,7 +149,17 @@ def ratelimit(
         untouched. ``"GET"`` counts HEAD too. ``None`` (the default) counts
         every method.
     :param cost: the weight of one request: a whole number from 1 to the
-        policy's limit.
+        policy's limit, or a callable ``(request) -> int`` asked per request.
+    :param costs: the weight per HTTP method, e.g. ``{"GET": 1, "POST": 5}``
+        (other methods cost ``cost``), over each policy's own ``costs``.
+    :param count_when: ``"always"`` (the default), ``"failure"`` (status >= 400,
+        or the view raised), ``"success"`` (status < 400), or a callable
+        ``(request, response) -> bool`` (or its dotted path): the hit is
+        counted before the view and given back after the response when this
+        says it does not count. Over each policy's own ``count_when``.
+    :param charge: a callable ``(request, response) -> int`` (or its dotted
+        path): points counted after the response on top of the cost (as
+        ``penalize``). Over each policy's own ``charge``.
     :param block: ``False`` runs the view even when a policy denies, with
         ``request.limited`` set (its headers still go out).
     :raises TypeError: for a policy that is not a name, neither a name nor
@@ -177,13 +188,16 @@ def ratelimit(
         )
     if not isinstance(block, bool):
         raise TypeError(f"ratelimit(block={block!r}): block must be True or False")
-    cost = _valid_cost(cost)
+    cost = judge_cost(cost)
+    charging: Charging = judge_charging(count_when=count_when, costs=costs, charge=charge)
     counted = _counted_methods(methods)
     if rate is not None:
         algorithm = inline.DEFAULT_ALGORITHM if algorithm is None else algorithm
         key = inline.DEFAULT_KEY if key is None else key
         inline.judge(rate=rate, key=key, algorithm=algorithm, group=group)
         _inline_cost(rate, cost)
+        for method_cost in (charging.costs or {}).values():
+            _inline_cost(rate, method_cost)
 
     def decorator(view: V) -> V:
         spec = None
@@ -192,7 +206,7 @@ def ratelimit(
             # gives it the view class's name, as each request's decoration does.
             group_of_view = group or inline.view_name(view)
             spec = inline.InlineSpec(group_of_view, str(algorithm), rate, key)
-        limit = Limit(tuple(policies), cost, counted, spec, block)
+        limit = Limit(tuple(policies), cost, counted, spec, block, charging)
         drf = _drf()
         if isinstance(view, type):
             cls: Any = view
@@ -224,7 +238,10 @@ def ratelimit(
 
 
 #: The keyword arguments ``ratelimit`` takes, for the message of one it does not.
-_KEYWORDS = ("rate", "key", "algorithm", "group", "methods", "cost", "block")
+_KEYWORDS = (
+    "rate", "key", "algorithm", "group", "methods", "cost", "block", "costs", "count_when",
+    "charge",
+)  # fmt: skip
 
 
 def _unexpected_message(unexpected: Mapping[str, object]) -> str:
@@ -237,9 +254,9 @@ def _unexpected_message(unexpected: Mapping[str, object]) -> str:
     return f"{message}; it takes {', '.join(k + '=' for k in _KEYWORDS)}"
 
 
-def _inline_cost(rate: object, cost: int) -> None:
+def _inline_cost(rate: object, cost: object) -> None:
     """Refuse a cost above an inline rate's limit: it is known now, and never allowed."""
-    if is_rate_function(rate):
+    if is_rate_function(rate) or type(cost) is not int:
         return  # known per request: above it, the request is denied (429)
     limit = parse_rate(rate).limit
     if 1 <= limit < cost:
@@ -248,20 +265,6 @@ def _inline_cost(rate: object, cost: int) -> None:
             f"the limit {limit}, "
             "so every request would be denied"
         )
-
-
-def _valid_cost(cost: object) -> int:
-    if type(cost) is not int:  # rules out bool and float
-        raise TypeError(
-            f"ratelimit(cost={short_repr(cost)}): cost must be a whole number (an int) of at "
-            f"least 1, not {type(cost).__name__}"
-        )
-    if cost < 1:
-        raise ValueError(
-            f"ratelimit(cost={short_repr(cost)}): cost must be at least 1 (a request that weighs "
-            "nothing would never be limited)"
-        )
-    return cost
 
 
 def _counted_methods(methods: object) -> frozenset[str] | None:
@@ -348,7 +351,7 @@ def _wrap(
                 held = verdict.held
             else:
                 engine.not_limited(request)
-            if not held:
+            if not held and not settlement.owes(request):
                 response = await view(*args, **kwargs)
                 write_headers(response, recorded(request))
                 return response
@@ -356,10 +359,14 @@ def _wrap(
                 response = await view(*args, **kwargs)
             except BaseException:
                 await leases.arelease(held)
+                await settlement.asettle_raised(request)
                 raise
-            # Given back when the ASGI handler closes the response (after its
-            # body), or the one it sent instead (http/slots.py).
-            slots.give_back_when_closed(response, slots.attached(request))
+            # count_when's give-backs and charge (policies/settling.py).
+            await settlement.asettle_after(request, response)
+            if held:
+                # Given back when the ASGI handler closes the response (after its
+                # body), or the one it sent instead (http/slots.py).
+                slots.give_back_when_closed(response, slots.attached(request))
             write_headers(response, recorded(request))
             return response
 
@@ -379,7 +386,7 @@ def _wrap(
         verdict = limit.decide(request)  # the engine's one path
         if verdict.blocking:
             return _refused(request, verdict)
-        if verdict.held:
+        if verdict.held or settlement.owes(request):
             slots.hold(request, verdict.held)
             return _holding(view, args, kwargs, request, slots.attached(request), verdict.held)
         response = view(*args, **kwargs)
@@ -410,13 +417,17 @@ def _holding(
     Django closes every response once its body is sent (a streaming one once
     the last chunk is): the view's, or the one a middleware sent instead, or
     it gives up the request (http/slots.py). If the view raises, the slots
-    are given back at once.
+    are given back at once. What ``count_when`` gives back and ``charge``
+    counts is settled after the view (``http/settlement.py``).
     """
     try:
         response = view(*args, **kwargs)
     except BaseException:
         leases.release(held)
+        settlement.settle_raised(request)
         raise
-    slots.give_back_when_closed(response, held_by)
+    if held:
+        slots.give_back_when_closed(response, held_by)
+    settlement.settle_after(request, response)
     write_headers(response, recorded(request))
     return response

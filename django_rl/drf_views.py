@@ -40,8 +40,9 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 import django_rl.leases as leases
+from django_rl.http import settlement
 from django_rl.policies import engine
-from django_rl.throttling import hold_until_done, write_view_headers
+from django_rl.throttling import hold_until_done, settle_when_done, write_view_headers
 
 if TYPE_CHECKING:
     from django_rl.policies.engine import Limit
@@ -171,3 +172,5 @@ def decide(request: Request, limits: Sequence[Limit]) -> None:
         leases.release(held)  # another use of @ratelimit refused the request
         raise Throttled(wait=max(d.retry_after_header for d in verdict.blocking))
     hold_until_done(view, held, request)
+    if settlement.owes(request):
+        settle_when_done(view, request)

@@ -34,7 +34,7 @@ import django_rl.leases as leases
 from django_rl.core.recording import recorded
 from django_rl.decorators import LIMITS_ATTRIBUTE
 from django_rl.exceptions import RateLimited
-from django_rl.http import slots
+from django_rl.http import settlement, slots
 from django_rl.http.headers import write_headers
 from django_rl.http.responses import too_many_requests
 from django_rl.policies import engine
@@ -69,6 +69,8 @@ class RateLimitMiddleware:
         # Rewrites what the front doors wrote with the same values: the
         # Decisions only grow while a request is handled.
         write_headers(response, recorded(request))
+        if settlement.ATTRIBUTE in request.__dict__:  # RULES' count_when or charge
+            settlement.settle_after(request, response)
         if _HOLDS in request.__dict__:
             slots.give_back_when_closed(response, slots.attached(request))
         return response
@@ -77,6 +79,8 @@ class RateLimitMiddleware:
         get_response: Callable[[HttpRequest], Awaitable[HttpResponse]] = self.get_response
         response = await get_response(request)
         write_headers(response, recorded(request))
+        if settlement.ATTRIBUTE in request.__dict__:  # RULES' count_when or charge
+            await settlement.asettle_after(request, response)
         if _HOLDS in request.__dict__:
             slots.give_back_when_closed(response, slots.attached(request))
         return response

@@ -31,7 +31,7 @@ from django_rl.core.decision import Decision
 from django_rl.core.recording import record_missing
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError, RateLimited
-from django_rl.http import slots
+from django_rl.http import settlement, slots
 from django_rl.http.headers import write_headers
 from django_rl.leases import Lease
 from django_rl.policies import engine
@@ -81,6 +81,8 @@ class PolicyThrottle(BaseThrottle):
         if verdict.held:
             # All or nothing: slots (concurrency) were taken only if none denied.
             hold_until_done(view, verdict.held, request)
+        if settlement.owes(request):
+            settle_when_done(view, request)
         return not verdict.blocking
 
     def wait(self) -> float | None:
@@ -161,6 +163,42 @@ def hold_until_done(view: Any, held: Sequence[Lease], request: Any = None) -> No
             return handle(exc)
         except BaseException:
             leases.release(held)
+            raise
+
+    view.finalize_response = finalize_response
+    view.handle_exception = handle_exception
+
+
+def settle_when_done(view: Any, request: Any) -> None:
+    """Settle ``count_when``'s give-backs and ``charge`` once the DRF ``view`` has its response.
+
+    DRF's throttles have no hook after the response: as :func:`hold_until_done`,
+    the instance's ``finalize_response`` (which ``APIView.dispatch`` calls with
+    the view's response, or the one ``handle_exception`` made of an error,
+    whose status then says failure) settles after it, and its
+    ``handle_exception`` settles a failure when an exception escapes DRF.
+    Not an ``APIView``: ``RateLimitMiddleware`` settles after the response
+    (``http/settlement.py``), else nothing is given back.
+    """
+    finalize = getattr(view, "finalize_response", None)
+    handle = getattr(view, "handle_exception", None)
+    if finalize is None or handle is None:
+        return
+
+    def finalize_response(request: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            response = finalize(request, response, *args, **kwargs)
+        except BaseException:
+            settlement.settle_raised(request)
+            raise
+        settlement.settle_after(request, response)
+        return response
+
+    def handle_exception(exc: Exception) -> Any:
+        try:
+            return handle(exc)
+        except BaseException:
+            settlement.settle_raised(request)
             raise
 
     view.finalize_response = finalize_response

@@ -30,7 +30,7 @@ decided as usual. (The ``try`` costs nothing on the usual path.)
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -39,13 +39,15 @@ from django_rl.core.async_identities import aidentify
 from django_rl.core.decision import Decision
 from django_rl.core.recording import record, recorded
 from django_rl.leases import Lease, held
-from django_rl.policies import ruled, together, together_async
+from django_rl.policies import ruled, settling, together, together_async
+from django_rl.policies.charging import NOTHING, Charging
 from django_rl.policies.exempt import EXEMPTIONS
 from django_rl.policies.inline import InlineSpec
 from django_rl.policies.policy import Pending, Policy
 from django_rl.policies.registry import get_policy, inline_policy
 from django_rl.policies.reporting import areport_requests, report_requests
 from django_rl.policies.shadow import SHADOW_ERRORS
+from django_rl.policies.together import _Call
 
 
 class Verdict(NamedTuple):
@@ -75,25 +77,31 @@ class Limit:
     """One use of ``@ratelimit`` (or a throttle's policy names), compiled once.
 
     :ivar names: the named policies.
-    :ivar cost: a request's weight under each of them.
+    :ivar cost: a request's weight under each of them, or a callable of the request.
     :ivar methods: the methods counted (HEAD wherever GET is: Django answers
         HEAD with the GET view), or ``None`` for every method.
     :ivar inline: the inline policy's spec (``rate=``), or ``None``.
     :ivar block: a denied request is refused (429); ``False``: the view runs
         with ``request.limited`` set.
+    :ivar charging: the decorator's ``count_when``, ``costs`` and ``charge``
+        (``charging.py``), over each policy's own; a limit or policy that sets
+        any is decided by :func:`_decide_charged`.
     """
 
     names: tuple[str, ...]
-    cost: int = 1
+    cost: int | Callable[[Any], Any] = 1
     methods: frozenset[str] | None = None
     inline: InlineSpec | None = None
     block: bool = True
+    charging: Charging = NOTHING
     #: The one policy, when that is all the limit has (the usual view): its name or spec.
     _one: str | InlineSpec | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         one: str | InlineSpec | None = None
-        if len(self.names) == 1 and self.inline is None:
+        if self.charging is not NOTHING or type(self.cost) is not int:
+            pass  # costs, count_when, charge or a callable cost: _decide_charged
+        elif len(self.names) == 1 and self.inline is None:
             one = self.names[0]
         elif not self.names:
             one = self.inline
@@ -126,19 +134,17 @@ class Limit:
                 return known
             if (counted := ruled.decided(request)) is not None:
                 made, rest = ruled.split(counted, self.policies())
-                return self._joined(request, made, hit_all(request, rest, self.cost))
+                return self._joined(request, made, _hit_charged(request, self, rest))
         one = self._one
         if one is None:
-            decisions = hit_all(request, self.policies(), self.cost)
-            blocking = [d for d in decisions if d.denies] if self.block else []
-            return new_tuple(
-                Verdict, (decisions, blocking, record(request, decisions), held(decisions))
-            )
+            return _decide_charged(request, self, _hit_charged(request, self, self.policies()))
         # One policy, the usual view: its hit (Policy.hit_request), then recorded.
         # (Here, not in a function of its own: a frame fewer on every decision.)
         policy = get_policy(one) if type(one) is str else inline_policy(one)
+        if policy.charging is not None:
+            return _decide_charged(request, self, _hit_charged(request, self, [policy]))
         try:
-            decision = policy.hit_request(request, self.cost)
+            decision = policy.hit_request(request, self.cost)  # type: ignore[arg-type]  # an int
         except Exception as exc:
             decision = _left_out(policy, exc)
         return _verdict_of_one(request, decision, self.block)
@@ -159,17 +165,16 @@ class Limit:
                 return known
             if (counted := ruled.decided(request)) is not None:
                 made, rest = ruled.split(counted, self.policies())
-                return self._joined(request, made, await ahit_all(request, rest, self.cost))
+                return self._joined(request, made, await _ahit_charged(request, self, rest))
         one = self._one
-        if one is None:
-            decisions = await ahit_all(request, self.policies(), self.cost)
-            blocking = [d for d in decisions if d.denies] if self.block else []
-            return new_tuple(
-                Verdict, (decisions, blocking, record(request, decisions), held(decisions))
-            )
-        policy = get_policy(one) if type(one) is str else inline_policy(one)
+        policy = None
+        if one is not None:
+            policy = get_policy(one) if type(one) is str else inline_policy(one)
+        if policy is None or policy.charging is not None:
+            policies = self.policies() if policy is None else [policy]
+            return _decide_charged(request, self, await _ahit_charged(request, self, policies))
         try:
-            decision = await _ahit_request(request, policy, self.cost)
+            decision = await _ahit_request(request, policy, self.cost)  # type: ignore[arg-type]
         except Exception as exc:
             decision = _left_out(policy, exc)
         return _verdict_of_one(request, decision, self.block)
@@ -180,6 +185,38 @@ class Limit:
         blocking = [d for d in decisions if d.denies] if self.block else []
         # The middleware holds its Decisions' slots; only the new ones' are this door's.
         return new_tuple(Verdict, (decisions, blocking, record(request, new), held(new)))
+
+
+def _hit_charged(request: Any, limit: Limit, policies: Sequence[Policy]) -> list[Decision]:
+    """Hit ``policies`` together, each at its cost (``settling.weigh``); their Decisions.
+
+    When one gives back or charges after the response (``count_when``,
+    ``charge``), the hits are decided by the script (``together.decide``'s
+    ``kept``: what a give-back takes back is then exact), and the calls that
+    counted are kept on the request for the front door (``settling.expect``).
+    """
+    weighted, after = settling.weigh(request, limit, policies)
+    kept: list[_Call] | None = None if after is None else []
+    made = _hit_weighted(request, weighted, kept)
+    if kept and after:  # (nothing counted, nothing kept: a request refused)
+        settling.expect(request, after, kept)
+    return [decision for _, decision in made]
+
+
+async def _ahit_charged(request: Any, limit: Limit, policies: Sequence[Policy]) -> list[Decision]:
+    """:func:`_hit_charged` on the event loop."""
+    weighted, after = settling.weigh(request, limit, policies)
+    kept: list[_Call] | None = None if after is None else []
+    made = await _ahit_weighted(request, weighted, kept)
+    if kept and after:
+        settling.expect(request, after, kept)
+    return [decision for _, decision in made]
+
+
+def _decide_charged(request: Any, limit: Limit, decisions: list[Decision]) -> Verdict:
+    """Record ``decisions`` (:func:`_hit_charged`'s); return their Verdict."""
+    blocking = [d for d in decisions if d.denies] if limit.block else []
+    return new_tuple(Verdict, (decisions, blocking, record(request, decisions), held(decisions)))
 
 
 def _verdict_of_one(request: Any, decision: Decision | None, block: bool) -> Verdict:
@@ -238,17 +275,11 @@ def hit_all(request: Any, policies: Iterable[Policy], cost: int = 1) -> list[Dec
     return [decision for _, decision in _hit_weighted(request, [(p, cost) for p in policies])]
 
 
-async def ahit_all(request: Any, policies: Iterable[Policy], cost: int = 1) -> list[Decision]:
-    """:func:`hit_all` on the event loop: identities and rates asked first, then the same steps."""
-    weighted = [(p, cost) for p in policies]
-    return [decision for _, decision in await _ahit_weighted(request, weighted)]
-
-
 async def _ahit_weighted(
-    request: Any, weighted: Sequence[tuple[Policy, int]]
+    request: Any, weighted: Sequence[tuple[Policy, int]], kept: list[_Call] | None = None
 ) -> list[tuple[int, Decision]]:
     """:func:`_hit_weighted` on the event loop (see :meth:`Limit.adecide`)."""
-    if len(weighted) == 1:
+    if len(weighted) == 1 and kept is None:
         policy, cost = weighted[0]
         try:
             decision = await _ahit_request(request, policy, cost)
@@ -275,7 +306,7 @@ async def _ahit_weighted(
     hits, indexes, reported = _prepared_hits(request, weighted, known, failed)
     if not hits:
         return []
-    decided = await together_async.adecide(hits)
+    decided = await together_async.adecide(hits, kept)
     done = await areport_requests(
         request, [(p, i, d) for (p, i), d in zip(reported, decided, strict=True)]
     )
@@ -283,10 +314,13 @@ async def _ahit_weighted(
 
 
 def _hit_weighted(
-    request: Any, weighted: Sequence[tuple[Policy, int]]
+    request: Any, weighted: Sequence[tuple[Policy, int]], kept: list[_Call] | None = None
 ) -> list[tuple[int, Decision]]:
-    """Hit ``(policy, cost)`` pairs for ``request`` together; (index, Decision) of those applied."""
-    if len(weighted) == 1:
+    """Hit ``(policy, cost)`` pairs for ``request`` together; (index, Decision) of those applied.
+
+    ``kept``: as ``together.decide``'s (a hit alone is decided by the script too).
+    """
+    if len(weighted) == 1 and kept is None:
         policy, cost = weighted[0]
         try:
             decision = policy.hit_request(request, cost)
@@ -296,7 +330,7 @@ def _hit_weighted(
     hits, indexes, reported = _prepared_hits(request, weighted, {}, ())
     if not hits:
         return []
-    decided = together.decide(hits)
+    decided = together.decide(hits, kept)
     done = report_requests(
         request, [(p, i, d) for (p, i), d in zip(reported, decided, strict=True)]
     )
@@ -376,7 +410,16 @@ def decide(request: Any, limits: Sequence[Limit]) -> Verdict:
         owned = [(limit, p) for limit, p in owned if p.name not in counted]
     else:
         made = []
-    hits = _hit_weighted(request, [(policy, limit.cost) for limit, policy in owned])
+    weighted: list[tuple[Policy, int]] = []
+    after: dict[str, Charging] = {}
+    for limit, policy in owned:
+        costs, rules = settling.weigh(request, limit, [policy])
+        weighted += costs
+        after.update(rules or {})
+    kept: list[_Call] | None = [] if after else None
+    hits = _hit_weighted(request, weighted, kept)
+    if kept:
+        settling.expect(request, after, kept)
     new = [decision for _, decision in hits]
     blocking = [d for limit, d in made if limit.block and d.denies]
     blocking += [d for index, d in hits if owned[index][0].block and d.denies]
@@ -421,16 +464,22 @@ def decide_together(request: Any, first: Sequence[Limit], then: Sequence[Limit])
     weighted: list[tuple[Policy, int]] = []
     where: dict[str, int] = {}
     owners: list[list[Limit]] = []
+    after: dict[str, Charging] = {}
     for limit in applying:
         for policy in limit.policies():
             index = where.get(policy.name)
             if index is None:
                 where[policy.name] = index = len(weighted)
-                weighted.append((policy, limit.cost))
+                costs, rules = settling.weigh(request, limit, [policy])
+                weighted += costs
+                after.update(rules or {})
                 owners.append([])
             if limit not in owners[index]:
                 owners[index].append(limit)
-    made = _hit_weighted(request, weighted)
+    kept: list[_Call] | None = [] if after else None
+    made = _hit_weighted(request, weighted, kept)
+    if kept:
+        settling.expect(request, after, kept)
     ruled.note(request, {weighted[index][0].name: decision for index, decision in made})
     every = record(request, [decision for _, decision in made])
     mine: dict[Limit, tuple[list[Decision], list[Decision]]] = {limit: ([], []) for limit in limits}

@@ -194,6 +194,8 @@ def denied(policy: Policy, pending: Pending, outcome: Outcome, decision: Decisio
         and pending.asked_at  # 0.0: not asked of the deny cache (a given time)
         and kind is not Uncounted
         and getattr(algorithm, "cache_denials", True)
+        # count_when's give-backs may end a denial early: only a block is remembered.
+        and (not policy.gives_back or kind is BlockOutcome)
     ):
         # (A block's denial too: its Retry-After may be the algorithm's wait for this cost.)
         any_cost = algorithm.denial_holds_for_any_cost

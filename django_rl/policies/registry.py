@@ -88,6 +88,8 @@ def build_policy(
         shadow=parsed.shadow or settings.shadow,
         enforce_percent=parsed.enforce_percent,
     )
+    policy.charging = parsed.charging
+    policy.gives_back = parsed.charging is not None and parsed.charging.gives_back
     track(policy)
     return policy
 

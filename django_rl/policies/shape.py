@@ -19,6 +19,7 @@ from django_rl.core.keys import safe_identity
 from django_rl.core.rates import RateError
 from django_rl.exceptions import ConfigurationError
 from django_rl.policies.catalogue import RateCatalogue
+from django_rl.policies.charging import Charging
 from django_rl.policies.deny_cache import DenyCache
 from django_rl.policies.fallback import LocalFallback
 from django_rl.policies.override_rates import OverrideRates
@@ -69,6 +70,11 @@ class PolicyShape:
             self._variant = make_variant(algorithm, text, prefix=key_prefix, name=name, extra=extra)
         elif rates is None:
             raise TypeError("a Policy needs an algorithm, or rates chosen per request")
+        #: ``count_when``, ``costs``, ``charge`` of the spec (``charging.py``), or ``None``.
+        self.charging: Charging | None = None
+        #: Its ``count_when`` gives hits back: the deny cache remembers only blocks of it
+        #: (a give-back may end a denial before its time).
+        self.gives_back = False
         #: ``rate: None``: the front doors skip the policy (:meth:`hit_request`).
         self.limits_nothing = isinstance(algorithm, Unlimited)
 

@@ -31,6 +31,8 @@ from django_rl.core.rates import RateError, parse_rate
 from django_rl.core.reprs import short_repr
 from django_rl.docs_urls import doc_url
 from django_rl.policies.blocks_spec import BLOCK_KEYS, blocks_problems
+from django_rl.policies.charging import Charging
+from django_rl.policies.charging_checks import charging_of
 from django_rl.policies.fallback import CALENDAR_RATE, ZERO_FALLBACK
 from django_rl.policies.plans import (
     SAMPLE_RATE,
@@ -45,6 +47,7 @@ from django_rl.policies.plans import (
 COMMON_KEYS = (
     frozenset({"algorithm", "key", "fail_open", "fallback_rate", "mode", "enforce_percent"})
     | BLOCK_KEYS
+    | {"count_when", "costs", "charge"}
 )
 #: A policy's ``mode``: it denies (``enforce``), or only counts and reports (``shadow``).
 MODES = ("enforce", "shadow")
@@ -87,6 +90,8 @@ class ParsedPolicy:
     enforce_percent: float = 100.0
     #: ``block_for`` and ``escalate`` (``blocks_spec.py``); ``None``: no blocks.
     blocks: Blocks | None = None
+    #: ``count_when``, ``costs``, ``charge`` (``charging.py``), or ``None`` when none is set.
+    charging: Charging | None = None
 
 
 @dataclass
@@ -171,6 +176,7 @@ def parse_policy(
     blocks, found = blocks_problems(spec, where)
     problems += found
     algorithm = _algorithm(spec, where, problems)
+    charging = charging_of(spec, where, algorithm, problems, resolve=resolve)
     if problems or not resolve:
         return Parse(problems)
     if rate_function is not None:
@@ -193,6 +199,7 @@ def parse_policy(
             fallback_rate=spec.get("fallback_rate"),
             enforce_percent=float(spec.get("enforce_percent", 100)),
             blocks=blocks,
+            charging=charging,
         )
     )
 

@@ -83,7 +83,9 @@ def split(made: Sequence[tuple[Policy, Pending | Decision]]) -> tuple[list[Pendi
     return pending, vetoed
 
 
-def decide(made: Sequence[tuple[Policy, Pending | Decision]]) -> list[Decision]:
+def decide(
+    made: Sequence[tuple[Policy, Pending | Decision]], kept: list[_Call] | None = None
+) -> list[Decision]:
     """Decide ``made`` (each policy's hit, or its Decision made without Redis) together.
 
     A Decision given that denies on behalf of a policy that enforces (an
@@ -95,15 +97,19 @@ def decide(made: Sequence[tuple[Policy, Pending | Decision]]) -> list[Decision]:
 
     Redis trouble: the hits of the slot that could not be decided get their
     policies' degraded Decisions (``fallback_rate``, else ``fail_open``).
+
+    ``kept``: a list that receives the calls that counted hits (one per slot),
+    what ``refund.lua`` takes back when a hit is given back after the
+    response (``settling.py``); a hit alone is then decided by the script too.
     """
     pending, vetoed = split(made)
     if not pending:
         return [m for _, m in made]  # type: ignore[misc]  # no Pending: all Decisions
     merged = _merge(pending)
-    if len(merged) == 1 and not vetoed:
+    if len(merged) == 1 and not vetoed and kept is None:
         answers = {merged[0].key: merged[0].policy.ask(merged[0])}
     else:
-        answers = _decide_merged(merged, count=not vetoed)
+        answers = _decide_merged(merged, count=not vetoed, kept=kept)
     return _in_order(made, answers)
 
 
@@ -131,16 +137,18 @@ def _merge(pending: list[Pending]) -> list[Pending]:
     return list(by_key.values())
 
 
-def _decide_merged(merged: list[Pending], *, count: bool) -> dict[str, Decision]:
+def _decide_merged(
+    merged: list[Pending], *, count: bool, kept: list[_Call] | None = None
+) -> dict[str, Decision]:
     if _one_slot(merged):  # one server, Sentinel's primary, one identity on a cluster: one script
-        return _decide_group(merged, count=count)
+        return _decide_group(merged, count=count, kept=kept)
     groups = by_slot(merged)
     if not count:
         answers: dict[str, Decision] = {}
         for group in groups:
             answers.update(_decide_group(group, count=count))
         return answers
-    return _decide_across(groups)
+    return _decide_across(groups, kept)
 
 
 def by_slot(merged: list[Pending]) -> list[list[Pending]]:
@@ -152,12 +160,16 @@ def by_slot(merged: list[Pending]) -> list[list[Pending]]:
     return list(groups.values())
 
 
-def _decide_group(group: list[Pending], *, count: bool) -> dict[str, Decision]:
-    """Decide the hits of one slot in one script; their Decisions by key."""
+def _decide_group(
+    group: list[Pending], *, count: bool, kept: list[_Call] | None = None
+) -> dict[str, Decision]:
+    """Decide the hits of one slot in one script; their Decisions by key (``kept``: as decide)."""
     try:
         call = _call(group, count=count)
     except RedisError:
         return {hit.key: hit.policy.unanswered(hit) for hit in group}
+    if kept is not None and call.counted:
+        kept.append(call)
     return call.answers(counted=call.counted)
 
 
@@ -183,6 +195,16 @@ class _Call:
             hit.key: hit.policy.answered(hit, outcome, counted=counted)
             for hit, outcome in zip(self.group, self.outcomes, strict=True)
         }
+
+    def only(self, hits: Sequence[int]) -> _Call:
+        """Return this call reduced to the hits at ``hits`` (indexes): what to refund of it."""
+        part = object.__new__(_Call)
+        part.group = [self.group[i] for i in hits]
+        part.sent = [self.sent[i] for i in hits]
+        part.counted, part.now = self.counted, self.now
+        part.replies = [self.replies[i] for i in hits]
+        part.outcomes = [self.outcomes[i] for i in hits]
+        return part
 
     def vetoes(self) -> bool:
         """Return whether a policy that enforces denied (so nothing was counted)."""
@@ -313,7 +335,9 @@ def refunded(
     return outcomes
 
 
-def _decide_across(groups: list[list[Pending]]) -> dict[str, Decision]:
+def _decide_across(
+    groups: list[list[Pending]], kept: list[_Call] | None = None
+) -> dict[str, Decision]:
     """Decide hits on several slots (a cluster): reserve, then refund if one slot denies.
 
     The slots are asked one after another, each counting its hits if none
@@ -332,7 +356,7 @@ def _decide_across(groups: list[list[Pending]]) -> dict[str, Decision]:
     them denies (``FAIL_OPEN`` False, a fallback at its limit), the request
     is denied and the reservations are refunded as above.
     """
-    steps = across_steps(groups)
+    steps = across_steps(groups, kept)
     try:
         step = next(steps)
         while True:
@@ -361,9 +385,12 @@ AcrossStep = tuple[str, Any]
 
 
 def across_steps(
-    groups: list[list[Pending]],
+    groups: list[list[Pending]], kept: list[_Call] | None = None
 ) -> Generator[AcrossStep, Any, dict[str, Decision]]:
-    """:func:`_decide_across`'s steps; the sync and the async driver make the exchanges."""
+    """:func:`_decide_across`'s steps; the sync and the async driver make the exchanges.
+
+    ``kept``: receives the calls that counted, when every slot counted (see :func:`decide`).
+    """
     answers: dict[str, Decision] = {}
     reserved: list[_Call] = []
     denied = False
@@ -383,6 +410,8 @@ def across_steps(
         else:
             denied = True
             answers.update(call.answers(counted=False))
+    if not denied and kept is not None:
+        kept.extend(reserved)
     if denied:
         for call in reserved:
             outcomes = yield "refund", call

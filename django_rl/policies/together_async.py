@@ -41,40 +41,48 @@ if TYPE_CHECKING:
     from django_rl.core.decision import Decision
 
 
-async def adecide(made: Sequence[tuple[Policy, Pending | Decision]]) -> list[Decision]:
+async def adecide(
+    made: Sequence[tuple[Policy, Pending | Decision]], kept: list[_Call] | None = None
+) -> list[Decision]:
     """``together.decide``, awaited on the event loop: the same steps, scripts and Decisions."""
     pending, vetoed = split(made)
     if not pending:
         return [m for _, m in made]  # type: ignore[misc]  # no Pending: all Decisions
     merged = _merge(pending)
     if not all(async_capable(hit.policy.backend) for hit in merged):
-        return await sync_to_async(decide, thread_sensitive=False)(made)
-    if len(merged) == 1 and not vetoed:
+        return await sync_to_async(decide, thread_sensitive=False)(made, kept)
+    if len(merged) == 1 and not vetoed and kept is None:
         answers = {merged[0].key: await merged[0].policy.aask(merged[0])}
     else:
-        answers = await _adecide_merged(merged, count=not vetoed)
+        answers = await _adecide_merged(merged, count=not vetoed, kept=kept)
     return _in_order(made, answers)
 
 
-async def _adecide_merged(merged: list[Pending], *, count: bool) -> dict[str, Decision]:
+async def _adecide_merged(
+    merged: list[Pending], *, count: bool, kept: list[_Call] | None = None
+) -> dict[str, Decision]:
     """``together._decide_merged``, awaited."""
     if _one_slot(merged):
-        return await _adecide_group(merged, count=count)
+        return await _adecide_group(merged, count=count, kept=kept)
     groups = by_slot(merged)
     if not count:
         answers: dict[str, Decision] = {}
         for group in groups:
             answers.update(await _adecide_group(group, count=count))
         return answers
-    return await _adecide_across(groups)
+    return await _adecide_across(groups, kept)
 
 
-async def _adecide_group(group: list[Pending], *, count: bool) -> dict[str, Decision]:
+async def _adecide_group(
+    group: list[Pending], *, count: bool, kept: list[_Call] | None = None
+) -> dict[str, Decision]:
     """``together._decide_group``, awaited."""
     try:
         call = await _acall(group, count=count)
     except RedisError:
         return {hit.key: hit.policy.unanswered(hit) for hit in group}
+    if kept is not None and call.counted:
+        kept.append(call)
     return call.answers(counted=call.counted)
 
 
@@ -107,7 +115,7 @@ async def _arun_script(
         return call
 
 
-async def _arefund(node: RedisNode, first_key: str, call: _Call) -> list[Outcome]:
+async def arefund(node: RedisNode, first_key: str, call: _Call) -> list[Outcome]:
     """``together.refund``, awaited (the same ``refund.lua`` and arguments)."""
     keys, argv = refund_arguments(node, call)
     sent = time.monotonic()
@@ -115,9 +123,11 @@ async def _arefund(node: RedisNode, first_key: str, call: _Call) -> list[Outcome
     return refunded(node, call, replies, sent, time.monotonic())
 
 
-async def _adecide_across(groups: list[list[Pending]]) -> dict[str, Decision]:
+async def _adecide_across(
+    groups: list[list[Pending]], kept: list[_Call] | None = None
+) -> dict[str, Decision]:
     """``together._decide_across``, awaited: its steps (``across_steps``) driven here."""
-    steps = across_steps(groups)
+    steps = across_steps(groups, kept)
     try:
         step = next(steps)
         while True:
@@ -130,7 +140,7 @@ async def _adecide_across(groups: list[list[Pending]]) -> dict[str, Decision]:
                     result: Any = await _acall(argument, count=True)
                 else:  # "refund"
                     first = argument.group[0]
-                    result = await arun(first.policy.backend, first.key, _arefund, argument)
+                    result = await arun(first.policy.backend, first.key, arefund, argument)
             except RedisError as exc:
                 result = exc
             step = steps.send(result)

@@ -118,9 +118,9 @@ def test_the_test_settings_are_clean(settings):
             {"algorithm": "fixed_window", "rate": "5/m", "rat": "6/m"},
             Error(
                 "DJANGO_RL['POLICIES']['p'] has unknown keys: 'rat'",
-                hint="Policy keys are algorithm, anchor, block_for, burst, capacity, "
-                "enforce_percent, escalate, fail_open, fallback_rate, key, limit, mode, period, "
-                "rate, timeout, timezone. "
+                hint="Policy keys are algorithm, anchor, block_for, burst, capacity, charge, "
+                "costs, count_when, enforce_percent, escalate, fail_open, fallback_rate, key, "
+                "limit, mode, period, rate, timeout, timezone. "
                 "Check the spelling.",
                 id="django_rl.E005",
             ),

@@ -169,5 +169,6 @@ def test_an_unknown_argument_lists_those_it_takes():
         ratelimit("login", burst=3)
     assert str(info.value) == (
         "ratelimit() got an unexpected keyword argument 'burst'; it takes "
-        "rate=, key=, algorithm=, group=, methods=, cost=, block="
+        "rate=, key=, algorithm=, group=, methods=, cost=, block=, costs=, count_when=, "
+        "charge="
     )
