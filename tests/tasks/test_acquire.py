@@ -38,9 +38,8 @@ THREADS = 16
 ACQUIRES = 3
 # A pause (a denial's return to the next hit's start) may last at most this
 # much more than its retry_after: the sleep, then this process's turn (16
-# threads waking at one window's start take turns, TURN_WAIT each at most)
-# and the GIL's switch interval among them on 2 cores: 40-70 ms measured.
-SLACK = 0.1
+# threads waking at one window's start take turns, TURN_WAIT at most each).
+SLACK = 0.05
 SECTION = f"acquire: {THREADS} threads x {ACQUIRES} acquires, a 10/s policy"
 
 
