@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import django
 import pytest
 from django.core.checks import Error
 from django.test import Client
@@ -128,7 +129,13 @@ def test_other_views_under_a_rule(redis_client, url):
         "/api/drf-decorated/",
         "/api/api-view/",
         "/api/method-decorated/",
-        "/api/async-method-decorated/",
+        pytest.param(
+            "/api/async-method-decorated/",
+            marks=pytest.mark.skipif(
+                django.VERSION < (5, 0),
+                reason="Django 4.2's method_decorator does not keep an async handler async",
+            ),
+        ),
     ],
 )
 def test_a_policy_of_a_rule_and_of_a_later_front_door_is_counted_once(redis_client, url):
