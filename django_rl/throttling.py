@@ -17,7 +17,7 @@ middleware is needed. For code that raises ``RateLimited`` in a DRF view, set
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rest_framework.exceptions import Throttled
@@ -142,31 +142,14 @@ def hold_until_done(view: Any, held: Sequence[Lease], request: Any = None) -> No
     if not held:
         return
     held_by = slots.hold(getattr(view, "request", None) if request is None else request, held)
-    finalize = getattr(view, "finalize_response", None)
-    handle = getattr(view, "handle_exception", None)
-    if finalize is None or handle is None:
-        # Not an APIView: the request's end gives them back (or, for an
-        # object that is not a request, the policy's timeout).
-        return
-
-    def finalize_response(request: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            response = finalize(request, response, *args, **kwargs)
-        except BaseException:
-            leases.release(held)
-            raise
-        slots.give_back_when_closed(response, held_by)
-        return response
-
-    def handle_exception(exc: Exception) -> Any:
-        try:
-            return handle(exc)
-        except BaseException:
-            leases.release(held)
-            raise
-
-    view.finalize_response = finalize_response
-    view.handle_exception = handle_exception
+    # Not an APIView: the request's end gives them back (or, for an object
+    # that is not a request, the policy's timeout).
+    _around_response(
+        view,
+        request,
+        done=lambda _, response: slots.give_back_when_closed(response, held_by),
+        failed=lambda _: leases.release(held),
+    )
 
 
 def settle_when_done(view: Any, request: Any) -> None:
@@ -180,6 +163,23 @@ def settle_when_done(view: Any, request: Any) -> None:
     Not an ``APIView``: ``RateLimitMiddleware`` settles after the response
     (``http/settlement.py``), else nothing is given back.
     """
+    _around_response(view, request, done=settlement.settle_after, failed=settlement.settle_raised)
+
+
+def _around_response(
+    view: Any,
+    request: Any,
+    *,
+    done: Callable[[Any, Any], object],
+    failed: Callable[[Any], object],
+) -> None:
+    """Wrap the DRF ``view`` instance's ``finalize_response`` and ``handle_exception``.
+
+    ``done(request, response)`` once ``finalize_response`` made the response;
+    ``failed(request)`` when it, or ``handle_exception``, raises (the exception
+    escapes DRF; ``request`` is then the one given here). Nothing for an
+    object that is not an ``APIView``.
+    """
     finalize = getattr(view, "finalize_response", None)
     handle = getattr(view, "handle_exception", None)
     if finalize is None or handle is None:
@@ -189,16 +189,16 @@ def settle_when_done(view: Any, request: Any) -> None:
         try:
             response = finalize(request, response, *args, **kwargs)
         except BaseException:
-            settlement.settle_raised(request)
+            failed(request)
             raise
-        settlement.settle_after(request, response)
+        done(request, response)
         return response
 
     def handle_exception(exc: Exception) -> Any:
         try:
             return handle(exc)
         except BaseException:
-            settlement.settle_raised(request)
+            failed(request)
             raise
 
     view.finalize_response = finalize_response
