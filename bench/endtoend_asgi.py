@@ -24,22 +24,19 @@ Target (issue 30): limited / floor at least 0.90.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from typing import Any
 
 from bench import endtoend
-from bench.endtoend import ROOT, _children, cpu_seconds
+from bench.endtoend import ROOT, Gunicorn, _children, cpu_seconds
 from bench.report import bench_parser, finish, print_table
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.redis_server import RedisServer
 
 PATHS = {"limited": "/async/burst/", "open": "/open/async/burst/", "floor": "/floor/async/burst/"}
 WORKERS = os.cpu_count() or 1
@@ -48,24 +45,15 @@ TARGET = 0.90
 SETTINGS = {"example": "bench.e2e_settings", "lean": "bench.e2e_asgi_settings"}
 
 
-class Uvicorn:
-    """The example project's ASGI application under uvicorn on a free loopback port."""
+class Uvicorn(Gunicorn):
+    """The example project's ASGI application under uvicorn on a free loopback port.
+
+    ``endtoend.Gunicorn``'s set-up (port, environment, stop by pid), another server.
+    """
 
     def __init__(self, redis_url: str, middleware: str, workers: int = WORKERS) -> None:
-        self.workers_count = workers
-        self.port = free_port()
-        self.directory = tempfile.mkdtemp(prefix="django-rl-e2e-asgi-")
-        self.env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": SETTINGS[middleware],
-            "REDIS_URL": redis_url,
-            "EXAMPLE_DB": os.path.join(self.directory, "db.sqlite3"),
-        }
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().__init__(redis_url, workers)
+        self.env["DJANGO_SETTINGS_MODULE"] = SETTINGS[middleware]
 
     def start(self) -> None:
         command = [
@@ -92,22 +80,6 @@ class Uvicorn:
         if self.workers_count == 1:
             return [self.process.pid]
         return _children(self.process.pid)
-
-    def stop(self) -> None:
-        """SIGTERM the supervisor (it stops its workers), SIGKILL after 10 s; then clean up."""
-        process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            children = _children(process.pid)
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            for pid in children:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def run(wrk: str, server: Uvicorn, redis_server: RedisServer, seconds: int, repeats: int) -> Any:
