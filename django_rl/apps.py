@@ -22,7 +22,12 @@ class DjangoRlConfig(AppConfig):
         from django_rl.inspection.targets import address_form
         from django_rl.models import Override
         from django_rl.observability.metrics import count_redis_error
-        from django_rl.overrides.loader import override_changed, use_address_forms
+        from django_rl.overrides.loader import (
+            override_changed,
+            use_address_forms,
+            use_tick_listener,
+        )
+        from django_rl.policies import block_reading
         from django_rl.policies.registry import fallback_policy_names, policy_window, use_dropins
 
         # The front doors need not look for the app in INSTALLED_APPS: here it is.
@@ -44,6 +49,9 @@ class DjangoRlConfig(AppConfig):
         use_policy_windows(policy_window)
         # The admin and the command list the drop-ins' policies with the others.
         use_dropins(dropin_policies)
+        # The loader's thread (below policies/) reads the mark of policies that
+        # code blocked, so that every process's decisions read their blocks.
+        use_tick_listener(block_reading.poll)
         # Saving or deleting an override tells every process (the loader reads the model).
         post_save.connect(override_changed, Override, dispatch_uid="django_rl.override_saved")
         post_delete.connect(override_changed, Override, dispatch_uid="django_rl.override_deleted")

@@ -13,6 +13,7 @@ from django.test import override_settings
 
 from django_rl.observability.history import RECORDER
 from django_rl.overrides import LOADER
+from django_rl.policies import block_reading
 from django_rl.policies.deny_cache import get_deny_cache
 from django_rl.policies.fallback import get_fallback_store
 from tests.support import figures, servers
@@ -186,10 +187,15 @@ def _empty_redis(redis_server: RedisServer) -> None:
     get_fallback_store().clear()
     # And counts of history an earlier test made, not yet written.
     RECORDER.discard()
+    # And the policies an earlier test blocked an identity of (their marks are gone).
+    block_reading.forget()
 
 
 def server_ms(client: redis.Redis) -> int:
-    """Return the Redis server's clock in ms."""
+    """Return the Redis server's clock in ms (a cluster's: one primary's)."""
+    if isinstance(client, redis.RedisCluster):
+        # (redis-py 8.2's cluster client finds no node for a bare TIME: ask one.)
+        client = client.get_redis_connection(client.get_primaries()[0])
     seconds, microseconds = client.time()
     return int(seconds) * 1000 + int(microseconds) // 1000
 

@@ -78,9 +78,17 @@ return 0
 #: penalize, reward, block, unblock (``policies/points.py``).
 POINTS_SCRIPT = LuaScript.from_parts(
     "django_rl.algorithms",
-    (PRELUDE, *(f"{name}.lua" for name in FRAGMENTS), "blocks.lua", "points.lua"),
+    (PRELUDE, *(f"{name}.lua" for name in FRAGMENTS), "blocks.lua", "block_mark.lua", "points.lua"),
     "",
     name="points.lua",
+)
+#: The mark alone (where it lives on another node than the block: a Redis Cluster).
+#: KEYS[1] the mark; ARGV: the policy's name, the block's ms, the slack's ms, the time.
+MARK_SCRIPT = LuaScript.from_parts(
+    "django_rl.algorithms",
+    (PRELUDE, "block_mark.lua"),
+    "mark_block(KEYS[1], ARGV[1], clock(ARGV[4]), tonumber(ARGV[2]), tonumber(ARGV[3]))",
+    name="block_mark.lua",
 )
 
 

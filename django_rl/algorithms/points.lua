@@ -9,7 +9,9 @@
 -- ARGV[4]  the algorithm's name
 -- ARGV[5]  the number of the algorithm's keys
 -- ARGV[6]  '1' when the policy has a block hash (then ARGV[7..10] are
---          blocks.lua's bargs), else '0'
+--          blocks.lua's bargs), 'm' as '1' and a block also marks the policy
+--          (block_mark.lua: KEYS' last is the mark, ARGV[11] the policy's
+--          name, ARGV[12] the mark's slack in ms), else '0'
 -- then the algorithm's parameters (its script_entry)
 --
 -- Returns {the change's answer (unblock: 1 if a block ended, block: its ms,
@@ -155,11 +157,15 @@ local changes = {
 
 local now = clock(ARGV[1])
 local op, amount, name = ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local nkeys, with_blocks = tonumber(ARGV[5]), ARGV[6] == '1'
+local nkeys, with_blocks = tonumber(ARGV[5]), ARGV[6] ~= '0'
 local keys = {unpack(KEYS, 1, nkeys)}
 local bkey, bargs, first = nil, nil, 7
 if with_blocks then
   bkey, bargs, first = KEYS[nkeys + 1], {ARGV[7], ARGV[8], ARGV[9], ARGV[10]}, 11
+end
+local mark, marked, slack = nil, nil, 0
+if ARGV[6] == 'm' then
+  mark, marked, slack, first = KEYS[nkeys + 2], ARGV[11], tonumber(ARGV[12]), 13
 end
 local args = {unpack(ARGV, first, #ARGV)}
 local looks = {
@@ -180,6 +186,7 @@ elseif op == 'b' then
     local ttl = redis.call('PTTL', bkey)
     if ttl < amount then redis.call('PEXPIRE', bkey, int(amount)) end
     answer = amount
+    if mark then mark_block(mark, marked, now, amount, slack) end
   end
 elseif op == 'u' then
   if blocks_left(bkey, now) > 0 then

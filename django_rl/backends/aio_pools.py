@@ -283,7 +283,7 @@ def _sentinel_pool(pool: Any, manager: Any, size: int) -> Any:
         for s in manager.sentinels
     ]
     sentinel_kwargs = _carried(manager.sentinel_kwargs, async_connection.Connection)
-    asker = Sentinel(  # type: ignore[no-untyped-call]
+    asker = Sentinel(  # type: ignore[no-untyped-call,unused-ignore]  # (typed from redis-py 8.2)
         addresses, min_other_sentinels=manager.min_other_sentinels, sentinel_kwargs=sentinel_kwargs
     )
     kwargs = _carried(pool.connection_kwargs, SentinelManagedConnection)

@@ -14,6 +14,10 @@ daemon thread of its own loads:
   A token that disappears (Redis restarted, the key expired) is a change
   too. The marker has a TTL (:data:`MARKER_TTL_MS`), renewed by each change.
 
+The same thread reads, once a second, what higher floors ask through
+:func:`use_tick_listener` (the mark of policies whose identities code has
+blocked, ``policies/block_reading.py``), overrides on or off.
+
 The thread starts with the first decision of each process (a forked worker
 starts its own), never at import, so a process that decides nothing
 (``migrate``, the parent of a ``--preload``-ing server) starts none. A decision only reads the rules
@@ -105,7 +109,8 @@ class Loader:
             self.started = True
             if not enabled():
                 self.rules = {}
-                return
+                if not _tick_listeners:
+                    return
             if not self.autostart or (self._thread is not None and self._thread.is_alive()):
                 return
             thread = threading.Thread(target=self._run, name="django_rl overrides", daemon=True)
@@ -142,12 +147,17 @@ class Loader:
 
     def _run(self) -> None:
         while not self._stopping:
-            if not enabled():
+            overrides = enabled()
+            if not overrides:
                 self.rules = {}
-                break
+                if not _tick_listeners:
+                    break
             try:
                 if not LIMITS.off:  # rate_limits_disabled: no Redis command while on
-                    self._step()
+                    if overrides:
+                        self._step()
+                    for listener in _tick_listeners:
+                        listener()
             except Exception:  # the thread must outlive any surprise
                 logger.exception("Rate-limit overrides: the loader met an unexpected error")
             if self._wake.wait(POLL_INTERVAL):
@@ -326,6 +336,18 @@ _load_listeners: list[Callable[[dict[str, PolicyRules]], None]] = []
 def use_load_listener(listener: Callable[[dict[str, PolicyRules]], None]) -> None:
     """Call ``listener(rules)`` after each load of the overrides (a higher floor's hook)."""
     _load_listeners.append(listener)
+
+
+#: Called by the thread once a :data:`POLL_INTERVAL` (``policies/block_reading.poll``:
+#: the policies code has blocked); each never raises. With any, the thread runs even
+#: while overrides are off.
+_tick_listeners: list[Callable[[], None]] = []
+
+
+def use_tick_listener(listener: Callable[[], None]) -> None:
+    """Call ``listener()`` once a second in the thread (a higher floor's hook; once each)."""
+    if listener not in _tick_listeners:
+        _tick_listeners.append(listener)
 
 
 def rules_for(policy: str) -> PolicyRules | None:

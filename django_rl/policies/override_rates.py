@@ -56,6 +56,13 @@ class OverrideRates:
             raise TypeError(f"policy {self.name!r} was made without build=: it has one rate")
         return self._variants.setdefault(rate, built)
 
+    def adapt(self, change: Callable[[Variant], Variant]) -> None:
+        """Make every variant, built and to come, ``change(variant)`` (``Policy.read_blocks``)."""
+        build = self._build
+        if build is not None:
+            self._build = lambda rate: change(build(rate))
+        self._variants = {rate: change(each) for rate, each in self._variants.items()}
+
     def usable(self, rate: str) -> Variant | None:
         """Return the variant of ``rate``, or ``None`` (logged once) if it cannot be made."""
         found = self._variants.get(rate)

@@ -199,6 +199,13 @@ class PlanRates:
             )
         return built
 
+    def adapt(self, change: Callable[[Variant], Variant]) -> None:
+        """Make every variant, built and to come, ``change(variant)`` (``Policy.read_blocks``)."""
+        build = self._build
+        self._build = lambda rate: change(build(rate))
+        with self._lock:
+            self._variants = {rate: change(each) for rate, each in self._variants.items()}
+
     def known(self) -> list[Variant]:
         """Return the variants this process has built."""
         return list(self._variants.values())

@@ -8,6 +8,12 @@ does (``unblock``: whether a block ended). Redis unable to answer: the
 Decision ``peek`` gives then (degraded; ``unblock``: ``False``), the outage
 logged by the node as for decisions.
 
+``block`` applies to every policy but a ``concurrency`` one: on a policy
+without ``block_for`` or ``escalate`` it also switches the policy's
+decisions to reading blocks, here at once and in other processes within
+about a second (``block_reading.py``; on a Redis Cluster, one more round
+trip for the mark).
+
 Also the policy's part of a denial (:func:`denied`): the deny cache
 remembers it (with ``escalate``, only a blocked identity's), and a block
 that starts sends ``identity_blocked``.
@@ -33,15 +39,14 @@ from django_rl.algorithms.blocking import (
     drive,
 )
 from django_rl.backends.clock import ClockError
+from django_rl.backends.node import RedisNode
 from django_rl.core.decision import Decision
-from django_rl.exceptions import ConfigurationError
 from django_rl.observability.denials import report_block
-from django_rl.policies import operator_blocks, reset_epoch
+from django_rl.policies import block_reading, operator_blocks, reset_epoch
 from django_rl.policies.peeking import peek_decision, peek_marked, selection
 from django_rl.policies.plans import Variant
 
 if TYPE_CHECKING:
-    from django_rl.backends.node import RedisNode
     from django_rl.policies.pending import Pending
     from django_rl.policies.policy import Policy
 
@@ -104,24 +109,36 @@ def change(
         amount = checked_points(amount)
     elif op == BLOCK:
         amount = checked_seconds(amount)
+    if op == BLOCK:
+        # Before the block is written: this process's next decision reads it.
+        block_reading.note(policy.name, amount / 1000)
+        policy.read_blocks()  # (also a policy made by hand, which the registry never built)
     selected = selection(policy, identity, request)
     if type(selected) is not Variant:  # no limit, a static rate, an override's block
         return 0, peek_marked(policy, identity, selected)  # type: ignore[arg-type]
     _refuse_concurrency(policy, selected)
     algorithm = selected.algorithm
-    blocking = isinstance(algorithm, Blocking)
-    if op == UNBLOCK and not blocking:
-        return 0, peek_marked(policy, identity, policy.peek(identity))
-    if op == BLOCK and not blocking:
-        raise ConfigurationError(
-            f"policy {policy.name!r} has neither block_for nor escalate, so its decisions "
-            "do not read blocks: set one of them to block() its identities"
-        )
+    mark = None
+    own = algorithm.blocks if isinstance(algorithm, Blocking) else None
+    if op in (BLOCK, UNBLOCK) and (own is None or own is block_reading.NO_BLOCKS):
+        # A policy without block_for or escalate: a block set here or elsewhere is in
+        # the identity's block hash all the same, and a block marks the policy for the
+        # other processes (block_reading.py).
+        if own is None:
+            algorithm = Blocking(algorithm, block_reading.NO_BLOCKS)  # type: ignore[assignment]
+        if op == BLOCK:
+            mark = block_reading.mark_key(policy.key_prefix), policy.name
+    # One server (maybe Sentinel's): the mark in the block's own script; a cluster's apart.
+    together = isinstance(policy.backend, RedisNode)
     key = policy.variant_key(selected, identity)
     try:
-        answer, outcome = policy.backend.run(key, _run, algorithm, op, int(amount))
+        answer, outcome = policy.backend.run(
+            key, _run, algorithm, op, int(amount), mark if together else None
+        )
     except RedisError:
         answer, outcome = 0, None  # the node logged the outage, as for a decision
+    if mark is not None and answer > 0 and not together:
+        _mark_elsewhere(policy, mark, answer)
     if outcome is not None and (op == REWARD or (op == UNBLOCK and answer)):
         _forget(policy, key)  # a remembered denial may no longer hold
     if op == BLOCK and answer > 0:
@@ -130,6 +147,15 @@ def change(
     elif op == UNBLOCK and answer:
         operator_blocks.forget(policy.name, identity)
     return answer, peek_marked(policy, identity, peek_decision(policy, selected, identity, outcome))
+
+
+def _mark_elsewhere(policy: Policy, mark: tuple[str, str], ms: int) -> None:
+    """Write the mark on its own node: a Redis Cluster's mark lives apart from the block."""
+    key, name = mark
+    # Redis unable to answer: the node logged it; other processes read the block once
+    # their policy reads blocks (a later block's mark, or a restart).
+    with contextlib.suppress(RedisError):
+        policy.backend.run(key, block_reading.write_mark, name, ms)
 
 
 def _refuse_concurrency(policy: Policy, variant: Variant | None) -> None:
@@ -151,11 +177,21 @@ def _forget(policy: Policy, key: str) -> None:
         reset_epoch.bump()
 
 
-def _run(node: RedisNode, key: str, algorithm: Any, op: str, amount: int) -> tuple[int, Outcome]:
-    return drive(node, _steps(node, key, algorithm, op, amount), POINTS_SCRIPT)  # type: ignore[no-any-return]
+def _run(
+    node: RedisNode, key: str, algorithm: Any, op: str, amount: int, mark: tuple[str, str] | None
+) -> tuple[int, Outcome]:
+    return drive(node, _steps(node, key, algorithm, op, amount, mark), POINTS_SCRIPT)  # type: ignore[no-any-return]
 
 
-def _steps(node: RedisNode, key: str, algorithm: Any, op: str, amount: int) -> Any:
+def _steps(
+    node: RedisNode,
+    key: str,
+    algorithm: Any,
+    op: str,
+    amount: int,
+    mark: tuple[str, str] | None = None,
+) -> Any:
+    """The points script's steps; ``mark`` (its key, the policy's name): a block marks it."""
     blocking = isinstance(algorithm, Blocking)
     inner = algorithm.inner if blocking else algorithm
     if inner.name not in BLOCKABLE:
@@ -163,7 +199,10 @@ def _steps(node: RedisNode, key: str, algorithm: Any, op: str, amount: int) -> A
     for attempt in range(MAX_ATTEMPTS):
         keys, parameters = inner.script_entry(node, key)
         argv: list[int | str] = [node.script_time(), op, amount, inner.name, len(keys)]
-        if blocking:
+        if mark is not None:
+            keys = [*keys, key + BLOCK_SUFFIX, mark[0]]
+            argv += ["m", *algorithm.blocks.arguments, mark[1], int(block_reading.SLACK_S * 1000)]
+        elif blocking:
             keys = [*keys, key + BLOCK_SUFFIX]
             argv += ["1", *algorithm.blocks.arguments]
         else:

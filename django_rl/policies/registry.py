@@ -20,6 +20,7 @@ from django_rl.backends import get_backend
 from django_rl.conf import Settings, forget_on_change, get_settings
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError, UnknownPolicy
+from django_rl.policies import block_reading
 from django_rl.policies.blocks_spec import with_blocks
 from django_rl.policies.deny_cache import get_deny_cache
 from django_rl.policies.fallback import LocalFallback, fallback_calendar, get_fallback_store
@@ -91,6 +92,7 @@ def build_policy(
     policy.charging = parsed.charging
     policy.gives_back = parsed.charging is not None and parsed.charging.gives_back
     track(policy)
+    block_reading.watch(policy)
     return policy
 
 

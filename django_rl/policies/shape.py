@@ -13,11 +13,13 @@ from collections.abc import Callable
 from typing import Any
 
 from django_rl.algorithms import Algorithm, ParameterError, Unlimited
+from django_rl.algorithms.blocking import Blocking
 from django_rl.backends import Backend
 from django_rl.core.identities import IdentityFunction
 from django_rl.core.keys import safe_identity
 from django_rl.core.rates import RateError
 from django_rl.exceptions import ConfigurationError
+from django_rl.policies.block_reading import reading_blocks
 from django_rl.policies.catalogue import RateCatalogue
 from django_rl.policies.charging import Charging
 from django_rl.policies.deny_cache import DenyCache
@@ -77,11 +79,31 @@ class PolicyShape:
         self.gives_back = False
         #: ``rate: None``: the front doors skip the policy (:meth:`hit_request`).
         self.limits_nothing = isinstance(algorithm, Unlimited)
+        #: Its decisions read identities' blocks (``block_for``/``escalate``, or
+        #: :meth:`read_blocks`); ``False`` may still mean blocks with a static rate.
+        self.reads_blocks = isinstance(algorithm, Blocking)
 
     def __repr__(self) -> str:
         if self._variant is None:
             return f"<Policy {self.name!r}: rate per request from {self.rate}>"
         return f"<Policy {self.name!r}: {self._variant.algorithm.description}>"
+
+    def read_blocks(self) -> None:
+        """From now on, decide with the identities' blocks read (``block_reading.py``).
+
+        For a policy without ``block_for`` or ``escalate`` whose identity code
+        blocks: every rate (its own, per-plan, overrides') switches, as if it
+        had ``block_for`` without ever starting a block. Idempotent, thread-safe
+        (a decision under way finishes at the rate it took).
+        """
+        if self.reads_blocks:
+            return
+        self.reads_blocks = True
+        if self._variant is not None:
+            self._variant = reading_blocks(self._variant)
+        self._overrides.adapt(reading_blocks)
+        if self.rates is not None:
+            self.rates.adapt(reading_blocks)
 
     @property
     def rate(self) -> str:

@@ -60,3 +60,38 @@ def test_a_request_across_slots_is_all_or_nothing_with_blocks(cluster):
     decisions = hit_many([("p", a, 1), ("q", c, 1)])
     assert not decisions[0].allowed and 590 < decisions[0].retry_after <= 600
     assert get_policy("q").peek(c).remaining == 1
+
+
+@pytest.mark.topologies
+def test_block_on_a_plain_policy_marks_it_on_the_marks_own_node(cluster):
+    from django_rl.policies import block_reading
+
+    with override_settings(
+        DJANGO_RL={
+            "POLICIES": {"plain": {"algorithm": "fixed_window", "rate": "5/h", "key": "ip"}},
+            "DENY_CACHE_SIZE": 0,
+        }
+    ):
+        plain = get_policy("plain")
+        assert plain.hit("ip:10.0.3.1").allowed
+        assert not plain.block("ip:10.0.3.1", 120).allowed
+        assert not plain.hit("ip:10.0.3.1").allowed
+        client = cluster.client()
+        try:
+            ends = client.hget(block_reading.mark_key("rl"), "plain")
+        finally:
+            client.close()
+        assert ends is not None
+        block_reading.forget()
+        with override_settings(DJANGO_RL={**plain_settings(), "FAIL_OPEN": True}):
+            other = get_policy("plain")
+            assert other.hit("ip:10.0.3.1").allowed  # (before it reads the mark)
+            block_reading.poll()
+            assert not other.hit("ip:10.0.3.1").allowed
+
+
+def plain_settings():
+    return {
+        "POLICIES": {"plain": {"algorithm": "fixed_window", "rate": "5/h", "key": "ip"}},
+        "DENY_CACHE_SIZE": 0,
+    }
