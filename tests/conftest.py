@@ -192,10 +192,7 @@ def _empty_redis(redis_server: RedisServer) -> None:
 
 
 def server_ms(client: redis.Redis) -> int:
-    """Return the Redis server's clock in ms (a cluster's: one primary's)."""
-    if isinstance(client, redis.RedisCluster):
-        # (redis-py 8.2's cluster client finds no node for a bare TIME: ask one.)
-        client = client.get_redis_connection(client.get_primaries()[0])
+    """Return the Redis server's clock in ms."""
     seconds, microseconds = client.time()
     return int(seconds) * 1000 + int(microseconds) // 1000
 
