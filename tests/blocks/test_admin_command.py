@@ -83,3 +83,15 @@ def test_the_command_refuses_what_the_methods_refuse():
         run("penalize", "slots", ID)
     with pytest.raises(CommandError, match="at least 1"):
         run("reward", "plain", ID, "0")
+
+
+def test_a_plain_policys_block_is_on_the_page_and_the_command_ends_it(admin_client):
+    assert run("block", "plain", ID, "600").startswith(f"{ID} under plain: denied for")
+    assert not get_policy("plain").hit(ID).allowed
+    (row,) = admin_client.get(PAGE + "data/").json()["rows"]
+    assert (row["policy"], row["identity"], row["denied"]) == ("plain", ID, True)
+    assert 590 < row["blocked"] <= 600
+    response = admin_client.post(UNBLOCK, {"unblock": [f"plain:{ID}"]}, follow=True)
+    assert [str(m) for m in response.context["messages"]] == [f"Unblocked {ID} under plain."]
+    assert get_policy("plain").hit(ID).allowed
+    assert run("unblock", "plain", ID) == f"{ID} under plain: was not blocked."

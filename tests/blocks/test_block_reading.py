@@ -211,3 +211,17 @@ def test_another_process_reads_the_block_within_about_a_second(redis_server, red
     # The thread reads the mark once a second, off the decision path (margin for a busy box).
     assert 0 <= denied_at - blocked_at <= 2.5
     assert allowed >= 3
+
+
+def test_redis_down_a_plain_policys_block_is_degraded_never_an_exception(settings):
+    from tests.support.redis_server import free_port
+
+    settings.DJANGO_RL = {
+        "POLICIES": {"p": {**ALGORITHMS["fixed_window"], "key": "ip"}},
+        "FAIL_OPEN": False,
+    }
+    with override_settings(CACHES=caches_for(f"redis://127.0.0.1:{free_port()}/0")):
+        decision = django_rl.block("p", ID, 10)
+        assert decision.degraded and not decision.allowed
+        assert django_rl.unblock("p", ID) is False
+        assert get_policy("p").hit(ID).degraded
