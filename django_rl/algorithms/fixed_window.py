@@ -107,7 +107,17 @@ class FixedWindow(RateAlgorithm):
         Both are rare (a window edge inside the clock's error, or a server
         clock that jumped); otherwise a hit is one round trip.
         """
-        steps = self._hit_steps(node, key, cost)
+        first = None
+        if not node.app_clock:
+            # The usual hit, read here (_usual): no generator on every decision.
+            counting, window, filling = self._attempt(node, cost)
+            sent = time.monotonic()
+            replies = node.client.run_transaction(counting, f"{key}:{window}", filling)
+            first = (window, sent, time.monotonic(), replies)
+            usual = self._usual(node, first)
+            if usual is not None:
+                return usual
+        steps = self._hit_steps(node, key, cost, first)
         try:
             exchange = next(steps)
             while True:
@@ -123,7 +133,16 @@ class FixedWindow(RateAlgorithm):
 
     async def ahit(self, node: RedisNode, key: str, cost: int) -> Outcome:
         """:meth:`hit`, awaited: the same steps (:meth:`_hit_steps`), the same transactions."""
-        steps = self._hit_steps(node, key, cost)
+        first = None
+        if not node.app_clock:
+            counting, window, filling = self._attempt(node, cost)
+            sent = time.monotonic()
+            replies = await arun_transaction(node, counting, f"{key}:{window}", filling)
+            first = (window, sent, time.monotonic(), replies)
+            usual = self._usual(node, first)
+            if usual is not None:
+                return usual
+        steps = self._hit_steps(node, key, cost, first)
         try:
             exchange = next(steps)
             while True:
@@ -139,12 +158,20 @@ class FixedWindow(RateAlgorithm):
             outcome: Outcome = done.value
             return outcome
 
-    def _hit_steps(self, node: RedisNode, key: str, cost: int) -> Steps:
+    def _hit_steps(
+        self,
+        node: RedisNode,
+        key: str,
+        cost: int,
+        first: tuple[int, float, float, list[Any]] | None = None,
+    ) -> Steps:
         """:meth:`hit`'s steps: each yields one MULTI/EXEC and is sent its replies.
 
         A yield is ``(transaction, values)`` (a ``resp.Transaction`` and the
         values of its slots) or ``(None, commands)``; the sync and the async
-        driver only make the exchange.
+        driver only make the exchange. ``first``: the first attempt, made
+        and not :meth:`_usual` (its window, the times sent and received, its
+        replies).
         """
         if node.app_clock:
             return (yield from self._hit_by_app_clock(node, key, cost))
@@ -154,15 +181,21 @@ class FixedWindow(RateAlgorithm):
         earliest = -1  # the lowest window the server may still be in
         undo: list[tuple[str, str, int]] = []
         for attempt in range(MAX_ATTEMPTS):
-            window = max(node.server_now_ms() // period, earliest)  # (not app_clock: above)
-            window_key = f"{key}:{window}"
-            end = (window + 1) * period
-            sent = time.monotonic()
-            if not undo:
-                replies = yield hit, (window_key, (cost, end))
+            if first is not None:
+                window, sent, received, replies = first
+                window_key = f"{key}:{window}"
+                end = (window + 1) * period
+                first = None
             else:
-                replies = yield None, [*undo, *hit.filled(window_key, (cost, end))]
-            received = time.monotonic()
+                window = max(node.server_now_ms() // period, earliest)  # (not app_clock: above)
+                window_key = f"{key}:{window}"
+                end = (window + 1) * period
+                sent = time.monotonic()
+                if not undo:
+                    replies = yield hit, (window_key, (cost, end))
+                else:
+                    replies = yield None, [*undo, *hit.filled(window_key, (cost, end))]
+                received = time.monotonic()
             count, _, ttl_ms = replies[len(undo) :]
             undo = []
             if ttl_ms == -2:
@@ -181,14 +214,38 @@ class FixedWindow(RateAlgorithm):
                 undo = [("DECRBY", window_key, cost)]
                 earliest = -1
                 continue
-            limit = self.rate.limit
-            if count <= limit:
-                return new_tuple(Outcome, (True, limit - count, 0, ttl_ms))
-            return new_tuple(Outcome, (False, 0, max(ttl_ms, 1), ttl_ms))
+            return self._outcome(count, ttl_ms)
         raise ClockError(
             f"no current window found on the Redis server's clock in {MAX_ATTEMPTS} attempts"
             + (" (a hit stays counted in a later window)" if undo else "")
         )
+
+    def _attempt(self, node: RedisNode, cost: int) -> tuple[Transaction, int, tuple[int, int]]:
+        """The first attempt (server's clock): its transaction, window and slots' values."""
+        period = self.rate.period_ms
+        window = node.server_now_ms() // period
+        transaction = HIT_NX if node.capabilities.expire_nx else HIT
+        return transaction, window, (cost, (window + 1) * period)
+
+    def _usual(self, node: RedisNode, first: tuple[int, float, float, list[Any]]) -> Outcome | None:
+        """The first attempt's Outcome if it counted in the server's window (the usual hit).
+
+        ``None``: the window had ended or not begun on the server, or it cannot
+        follow ``PEXPIREAT``; :meth:`_hit_steps` goes on from ``first``.
+        """
+        window, sent, received, (count, _, ttl_ms) = first
+        period = self.rate.period_ms
+        if not 0 <= ttl_ms <= period:
+            return None
+        node.clock.observe((window + 1) * period - ttl_ms, sent, received)
+        return self._outcome(count, ttl_ms)
+
+    def _outcome(self, count: int, ttl_ms: int) -> Outcome:
+        """The Outcome of a hit counted ``count``-th in a window with ``ttl_ms`` left."""
+        limit = self.rate.limit
+        if count <= limit:
+            return new_tuple(Outcome, (True, limit - count, 0, ttl_ms))
+        return new_tuple(Outcome, (False, 0, max(ttl_ms, 1), ttl_ms))
 
     def _hit_by_app_clock(self, node: RedisNode, key: str, cost: int) -> Steps:
         """Count the hit in the window of this host's clock (``CLOCK: "app"``).
