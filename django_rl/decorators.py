@@ -351,7 +351,7 @@ def _wrap(
                 held = verdict.held
             else:
                 engine.not_limited(request)
-            if not held and not settlement.owes(request):
+            if not held and not (settlement.SETTLING.on and settlement.owes(request)):
                 response = await view(*args, **kwargs)
                 write_headers(response, recorded(request))
                 return response
@@ -386,7 +386,7 @@ def _wrap(
         verdict = limit.decide(request)  # the engine's one path
         if verdict.blocking:
             return _refused(request, verdict)
-        if verdict.held or settlement.owes(request):
+        if verdict.held or (settlement.SETTLING.on and settlement.owes(request)):
             slots.hold(request, verdict.held)
             return _holding(view, args, kwargs, request, slots.attached(request), verdict.held)
         response = view(*args, **kwargs)

@@ -81,7 +81,7 @@ class PolicyThrottle(BaseThrottle):
         if verdict.held:
             # All or nothing: slots (concurrency) were taken only if none denied.
             hold_until_done(view, verdict.held, request)
-        if settlement.owes(request):
+        if settlement.SETTLING.on and settlement.owes(request):  # (an attribute test, usually)
             settle_when_done(view, request)
         return not verdict.blocking
 

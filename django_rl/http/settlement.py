@@ -21,9 +21,17 @@ from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 
 from django_rl.policies import settling
-from django_rl.policies.settling import ATTRIBUTE, owes
+from django_rl.policies.settling import ATTRIBUTE, SETTLING, owes
 
-__all__ = ["ATTRIBUTE", "asettle_after", "asettle_raised", "owes", "settle_after", "settle_raised"]
+__all__ = [
+    "ATTRIBUTE",
+    "SETTLING",
+    "asettle_after",
+    "asettle_raised",
+    "owes",
+    "settle_after",
+    "settle_raised",
+]
 
 
 def _closers(response: Any) -> list[Any] | None:

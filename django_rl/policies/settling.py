@@ -87,8 +87,27 @@ def weigh(
     return weighted, after
 
 
+class Settling:
+    """Whether this process has kept anything to settle on a request yet.
+
+    :ivar on: ``False`` until :func:`expect` first keeps calls on a request
+        (no policy that gives back or charges has counted a hit here); the
+        front doors test it before asking :func:`owes`, so the usual path,
+        where no policy settles after its response, pays one attribute test.
+    """
+
+    __slots__ = ("on",)
+
+    def __init__(self) -> None:
+        self.on = False
+
+
+SETTLING = Settling()
+
+
 def expect(request: Any, rules: dict[str, Charging], calls: list[_Call]) -> None:
     """Keep ``calls`` (what counted ``request``'s hits) on it, to settle after its response."""
+    SETTLING.on = True  # (before the request holds them: the thread that asks sees both)
     http_request = getattr(request, "_request", request)
     owed: list[Owed] | None = http_request.__dict__.get(ATTRIBUTE)
     if owed is None:
