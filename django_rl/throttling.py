@@ -56,7 +56,7 @@ class PolicyThrottle(BaseThrottle):
         """
         scope = getattr(view, "throttle_scope", None)
         more = getattr(view, "throttle_policies", ())
-        if scope and more == () and type(more) is tuple:
+        if scope and type(more) is tuple and not more:
             return (scope,)  # the usual view: its scope alone
         if not isinstance(more, (list, tuple)) or not all(isinstance(n, str) for n in more):
             raise ConfigurationError(

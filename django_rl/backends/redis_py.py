@@ -195,8 +195,12 @@ class SocketPath:
                 replies = []
                 buffer = parser._buffer
                 push = getattr(parser, "_hiredis_PushNotificationType", None)
+                # Read first: the replies were just asked for, so the reader
+                # holds none of them yet (a push message it holds is read
+                # after the read, as before it), and the usual exchange is
+                # one read, one feed, then a reply per gets().
+                reply = NOT_ENOUGH_DATA
                 while True:
-                    reply = reader.gets()
                     if reply is NOT_ENOUGH_DATA:
                         read = sock.recv_into(buffer)
                         if not read:
@@ -209,6 +213,7 @@ class SocketPath:
                         replies.append(reply)
                         if len(replies) == count:
                             break
+                    reply = reader.gets()
             # Error replies that mean the server cannot serve (LOADING and the
             # like), alone or first in EXEC's array, raised as redis-py does:
             # looked for in a decision's one reply, or in every reply of several.
