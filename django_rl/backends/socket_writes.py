@@ -11,7 +11,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 #: The socket type whose file descriptor may be written with ``os.write``: a
 #: plain socket, on POSIX (``None`` elsewhere: every socket takes ``sendall``).
-_WRITTEN_BY_FD: type | None = socket.socket if os.name == "posix" else None
+_WRITTEN_BY_FD: Any = socket.socket if os.name == "posix" else None
 
 
 def write(sock: Any, encoded: bytes) -> None:
