@@ -6,6 +6,13 @@ one decision at a time and 100 concurrent), in the same run, interleaved,
 median of 5 runs; ``sliding_log`` (an EVALSHA) and ``fixed_window`` (its
 MULTI/EXEC), a rate that allows everything.
 
+Beside them, in the same runs, each path's floor: one ``PING`` on a blocking
+socket (the sync path's round trip and nothing else) and one ``PING``
+awaited on a bare ``asyncio.Protocol`` (the loop's round trip and nothing
+else: its ``epoll_wait`` calls, the reader callback, the future and the
+task's wake-up). The loop's own cost per round trip is the gap between the
+two floors; what a decision adds to its floor is django_rl's.
+
 (c) Socket writes per decision of the loop's auto-pipelined connection
 (``backends/aio_pipe.py``) at 1, 10 and 100 concurrent decisions.
 
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import statistics
 import sys
 import time
@@ -42,6 +50,43 @@ POLICIES = {
 }
 
 
+PING = b"*1\r\n$4\r\nPING\r\n"
+
+
+def sync_floor(port: int) -> float:
+    """CPU per ``PING`` on a blocking socket: a sync round trip's floor."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(5.0)
+        began = time.thread_time()
+        for _ in range(DECISIONS):
+            sock.sendall(PING)
+            sock.recv(64)
+        return (time.thread_time() - began) / DECISIONS
+
+
+class _Ping(asyncio.Protocol):
+    future: asyncio.Future[bytes] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if self.future is not None and not self.future.done():
+            self.future.set_result(data)
+
+
+async def async_floor(port: int) -> float:
+    """CPU per ``PING`` awaited on a bare ``asyncio.Protocol``: a loop round trip's floor."""
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.create_connection(_Ping, "127.0.0.1", port)
+    try:
+        began = time.thread_time()
+        for _ in range(DECISIONS):
+            protocol.future = loop.create_future()
+            transport.write(PING)
+            await protocol.future
+        return (time.thread_time() - began) / DECISIONS
+    finally:
+        transport.close()
+
+
 def sync_cpu(name: str) -> float:
     policy = get_policy(name)
     began = time.thread_time()
@@ -54,8 +99,14 @@ async def async_cpu(name: str, concurrent: int) -> float:
     policy = get_policy(name)
     await policy.ahit("ip:192.0.2.1")  # connected, the script known, the clock read
     began = time.thread_time()
-    for _ in range(DECISIONS // concurrent):
-        await asyncio.gather(*(policy.ahit("ip:192.0.2.1") for _ in range(concurrent)))
+    if concurrent == 1:
+        # One at a time, as an async view awaits its decision: in the request's
+        # own task (no task made per decision, which gather would add).
+        for _ in range(DECISIONS):
+            await policy.ahit("ip:192.0.2.1")
+    else:
+        for _ in range(DECISIONS // concurrent):
+            await asyncio.gather(*(policy.ahit("ip:192.0.2.1") for _ in range(concurrent)))
     return (time.thread_time() - began) / DECISIONS
 
 
@@ -76,18 +127,37 @@ def main() -> None:
     try:
         with override_settings(CACHES=caches_for(server.url), DJANGO_RL={"POLICIES": POLICIES}):
             for name in POLICIES:
-                rows: dict[str, list[float]] = {"sync": [], "async 1": [], "async 100": []}
+                rows: dict[str, list[float]] = {
+                    "sync": [],
+                    "async 1": [],
+                    "async 100": [],
+                    "floor sync PING": [],
+                    "floor async PING": [],
+                }
                 sync_cpu(name)  # warm up
                 for _ in range(RUNS):
                     rows["sync"].append(sync_cpu(name))
                     rows["async 1"].append(asyncio.run(async_cpu(name, 1)))
                     rows["async 100"].append(asyncio.run(async_cpu(name, 100)))
+                    rows["floor sync PING"].append(sync_floor(server.port))
+                    rows["floor async PING"].append(asyncio.run(async_floor(server.port)))
                 shown = ", ".join(
                     f"{label} {statistics.median(v) * 1e6:.0f} µs "
                     f"({min(v) * 1e6:.0f}-{max(v) * 1e6:.0f})"
                     for label, v in rows.items()
                 )
                 print(f"{name}: CPU per decision, median of {RUNS}: {shown}")
+                floors = {"sync": "floor sync PING", "async 1": "floor async PING"}
+                over = {
+                    label: statistics.median(
+                        d - f for d, f in zip(rows[label], rows[floor], strict=True)
+                    )
+                    for label, floor in floors.items()
+                }
+                print(
+                    f"{name}: over its floor (median of the runs' differences): "
+                    f"sync {over['sync'] * 1e6:.0f} µs, async 1 {over['async 1'] * 1e6:.0f} µs"
+                )
             for concurrent in (1, 10, 100):
                 writes = asyncio.run(writes_per_decision(concurrent))
                 print(f"writes per decision at {concurrent} concurrent: {writes:.3f}")

@@ -267,8 +267,10 @@ class ScriptAlgorithm:
     async def ahit(self, node: RedisNode, key: str, cost: int) -> Outcome:
         """:meth:`hit`, awaited: the same EVALSHA (the same ARGV), the same reading of it."""
         encoded = self._encoded
-        args = (*encoded.fixed, cost, "1", node.script_time())
-        return self.outcome(await aeval(node, self.script, (key,), args))
+        variable = (cost, "1", node.script_time())
+        args = (*encoded.fixed, *variable)
+        reply = await aeval(node, self.script, (key,), args, encoded.encode(key, variable))
+        return self.outcome(reply)
 
     def peek(self, node: RedisNode, key: str) -> Outcome:
         read, replies = node.pipeline(lambda pipe: self.queue_peek(pipe, node, key))

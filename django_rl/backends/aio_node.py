@@ -30,9 +30,12 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from django_rl.backends.aio_pools import async_client, async_pipe, turnstile
+from django_rl.backends.aio_pipe import Pipe
+from django_rl.backends.aio_pools import async_client, async_pipe, open_pipe_of, turnstile
 from django_rl.backends.capabilities import UNKNOWN, from_hello, from_server_info
+from django_rl.backends.cluster import MAX_REDIRECTS, TRYAGAIN_PAUSE, ClusterBackend
 from django_rl.backends.connections import PoolExhausted
+from django_rl.backends.node import RedisNode
 from django_rl.backends.resp import Transaction
 from django_rl.backends.resp import command as encode_command
 from django_rl.backends.scripts import LuaScript
@@ -49,7 +52,6 @@ _ASKING: contextvars.ContextVar[bool] = contextvars.ContextVar("django_rl_asking
 
 if TYPE_CHECKING:
     from django_rl.backends.base import Backend
-    from django_rl.backends.node import RedisNode
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -60,13 +62,13 @@ AsyncOperation = Callable[Concatenate["RedisNode", str, P], Awaitable[T]]
 _generations: weakref.WeakKeyDictionary[Redis, int] = weakref.WeakKeyDictionary()
 
 
-async def arun(
+def arun(
     backend: Backend,
     key: str,
     operation: Callable[Concatenate[RedisNode, str, P], Awaitable[T]],
     *args: P.args,
     **kwargs: P.kwargs,
-) -> T:
+) -> Awaitable[T]:
     """Await ``operation(node, key, *args)`` on the node that owns ``key``; note its health.
 
     As ``RedisNode.run``: a failure is recorded on the node (one log line per
@@ -80,14 +82,24 @@ async def arun(
     ``TRYAGAIN`` asked again after ``TRYAGAIN_PAUSE``; at most ``MAX_REDIRECTS``.
 
     :raises redis.exceptions.RedisError: if Redis cannot answer.
+
+    (A function that returns the awaitable, not a coroutine of its own: one
+    frame fewer to enter and to resume on every decision.)
     """
-    from django_rl.backends.node import RedisNode
-
     if isinstance(backend, RedisNode):
-        return await _on_node(backend, key, operation, *args, **kwargs)
-    from django_rl.backends.cluster import MAX_REDIRECTS, TRYAGAIN_PAUSE, ClusterBackend
-
+        return _on_node(backend, key, operation, *args, **kwargs)
     assert isinstance(backend, ClusterBackend)
+    return _on_cluster(backend, key, operation, *args, **kwargs)
+
+
+async def _on_cluster(
+    backend: ClusterBackend,
+    key: str,
+    operation: Callable[Concatenate[RedisNode, str, P], Awaitable[T]],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T:
+    """:func:`arun` on a cluster: the node of ``key``'s slot, redirections followed."""
     if backend._table is None:
         # The first read of the slot table (then kept, and read again in the
         # background): once per process and alias, off the loop.
@@ -126,7 +138,9 @@ async def _on_node(
     health = node.health
     epoch = health.epoch
     try:
-        await ready(node)
+        learning = ready(node)
+        if learning is not None:
+            await learning
         result = await operation(node, key, *args, **kwargs)
     except RedisError as exc:
         node.record_failure(exc, epoch)
@@ -138,9 +152,6 @@ async def _on_node(
 
 def async_capable(backend: Backend) -> bool:
     """Return whether ``backend`` has an async path (one server, Sentinel's primary, a cluster)."""
-    from django_rl.backends.cluster import ClusterBackend
-    from django_rl.backends.node import RedisNode
-
     return isinstance(backend, (RedisNode, ClusterBackend))
 
 
@@ -175,29 +186,36 @@ async def client_of(node: RedisNode) -> Redis:
     return client
 
 
-async def ready(node: RedisNode) -> None:
-    """Learn, awaited, what the operation would otherwise learn blocking (see the module).
+def ready(node: RedisNode) -> Awaitable[None] | None:
+    """Return what to await to learn what the operation would otherwise learn blocking.
 
-    Once per loop and node at a time: the loop's other decisions wait for
-    that learning (as the sync path's threads wait for one thread's), so an
-    outage's end does not start one round trip per decision in flight.
+    ``None``, the usual answer: nothing to learn (no coroutine made). Else
+    (see the module) once per loop and node at a time: the loop's other
+    decisions wait for that learning (as the sync path's threads wait for
+    one thread's), so an outage's end does not start one round trip per
+    decision in flight.
     """
     if node._capabilities.known is None or (not node.app_clock and node.clock.due()):
-        key = (id(asyncio.get_running_loop()), id(node))
-        learning = _learning.get(key)
-        if learning is not None:
-            await asyncio.shield(learning)
-            return
-        learning = _learning[key] = asyncio.get_running_loop().create_future()
-        try:
-            await _learn(node)
-        except BaseException as exc:
-            learning.set_exception(exc)
-            learning.exception()  # (retrieved: the waiters, if any, raise it)
-            raise
-        finally:
-            del _learning[key]
-        learning.set_result(None)
+        return _learn_once(node)
+    return None
+
+
+async def _learn_once(node: RedisNode) -> None:
+    key = (id(asyncio.get_running_loop()), id(node))
+    learning = _learning.get(key)
+    if learning is not None:
+        await asyncio.shield(learning)
+        return
+    learning = _learning[key] = asyncio.get_running_loop().create_future()
+    try:
+        await _learn(node)
+    except BaseException as exc:
+        learning.set_exception(exc)
+        learning.exception()  # (retrieved: the waiters, if any, raise it)
+        raise
+    finally:
+        del _learning[key]
+    learning.set_result(None)
 
 
 #: The learnings under way, by (loop, node).
@@ -217,7 +235,7 @@ async def _learn(node: RedisNode) -> None:
 
 async def _ask(node: RedisNode, asked: tuple[str, ...]) -> Any:
     """Send one command; return its reply, redis-py's error raised (the pipe if any)."""
-    pipe = await async_pipe(node)
+    pipe = open_pipe_of(node) or await async_pipe(node)
     if pipe is not None:
         (reply,) = await pipe.exchange(encode_command(asked), 1)
         if isinstance(reply, RedisError):
@@ -244,16 +262,23 @@ async def _detect(node: RedisNode) -> Any:
 
 
 async def aeval(
-    node: RedisNode, script: LuaScript, keys: Sequence[str], args: Sequence[Any]
+    node: RedisNode,
+    script: LuaScript,
+    keys: Sequence[str],
+    args: Sequence[Any],
+    encoded: bytes | None = None,
 ) -> Any:
     """Run ``script`` as ``LuaScript.__call__`` does (EVALSHA, EVAL on NOSCRIPT), awaited.
 
     On the loop's auto-pipelined connection where the node has one
-    (``aio_pipe.py``): the EVALSHA ``LuaScript.encoded`` makes.
+    (``aio_pipe.py``): ``encoded``, the EVALSHA already in RESP (an
+    ``EncodedScript``'s), else the one ``LuaScript.encoded`` makes.
     """
-    pipe = await async_pipe(node)
+    pipe = open_pipe_of(node) or await async_pipe(node)
     if pipe is not None:
-        (reply,) = await _exchange(pipe, script.encoded(keys, args), 1)
+        if encoded is None:
+            encoded = script.encoded(keys, args)
+        (reply,) = await _exchange(pipe, encoded, 1)
         if isinstance(reply, NoScriptError):
             eval_command = encode_command(("EVAL", script.source, len(keys), *keys, *args))
             (reply,) = await _exchange(pipe, eval_command, 1)
@@ -274,7 +299,7 @@ async def atransaction(node: RedisNode, commands: Sequence[Sequence[Any]]) -> li
     :raises redis.exceptions.RedisError: for an error reply, as the sync path's
         ``transaction_replies``.
     """
-    short = await async_pipe(node)
+    short = open_pipe_of(node) or await async_pipe(node)
     if short is not None:
         encoded = b"".join([_MULTI, *(encode_command(c) for c in commands), _EXEC])
         return _executed(await _exchange(short, encoded, len(commands) + 2))
@@ -292,18 +317,24 @@ async def arun_transaction(
 ) -> list[Any]:
     """:func:`atransaction` of ``transaction`` with ``values`` in its slots (its own bytes on
     the auto-pipelined connection, as ``KeptConnectionClient.run_transaction``)."""
-    short = await async_pipe(node)
+    short = open_pipe_of(node) or await async_pipe(node)
     if short is None:
         return await atransaction(node, transaction.filled(key, values))
     count = len(transaction.commands) + 2
     return _executed(await _exchange(short, transaction.encode(key, values), count))
 
 
-async def _exchange(pipe: Any, encoded: bytes, count: int) -> list[Any]:
-    """``pipe.exchange``, preceded by ``ASKING`` in the same write while following an ``ASK``."""
+def _exchange(pipe: Pipe, encoded: bytes, count: int) -> Awaitable[list[Any]]:
+    """``pipe.exchange``, preceded by ``ASKING`` in the same write while following an ``ASK``.
+
+    (Returns the pipe's own awaitable, the usual case: no frame of its own.)
+    """
     if not _ASKING.get():
-        replies: list[Any] = await pipe.exchange(encoded, count)
-        return replies
+        return pipe.exchange(encoded, count)
+    return _asking(pipe, encoded, count)
+
+
+async def _asking(pipe: Pipe, encoded: bytes, count: int) -> list[Any]:
     asked, *replies = await pipe.exchange(_ASKING_COMMAND + encoded, count + 1)
     if isinstance(asked, RedisError):
         raise asked

@@ -8,14 +8,17 @@ one command (EVALSHA) or one MULTI/EXEC, encoded by django_rl itself
 connection per loop and node shared by every decision of the loop, and the
 replies are read in order (hiredis, with redis-py's errors):
 
-* **auto-pipelining**: commands made ready in one turn of the loop go out
-  in one write (the flush is scheduled with ``call_soon``, never a timer),
-  as ioredis' auto-pipelining does; a write per decision at most, far
-  fewer under load (:attr:`Pipe.writes`);
+* **auto-pipelining**: a command made ready while nothing is in flight is
+  written at once; those made ready while replies are awaited go out
+  together, in one write at the end of the loop's turn (``call_soon``,
+  never a timer), as ioredis' auto-pipelining does: a write per decision
+  at most, far fewer under load (:attr:`Pipe.writes`);
 * a reply that does not come within the socket timeout fails its waiter
   (``TimeoutError``) and closes the connection: every waiter behind it
   fails at once (their replies could no longer be matched), and the next
-  exchange connects anew;
+  exchange connects anew. One timer watches the oldest waiter's deadline
+  (replies come in order, so it is the first to pass), not a timer per
+  exchange;
 * a waiter cancelled (its request gone) leaves its reply to be read and
   dropped in turn: the connection stays good.
 
@@ -111,13 +114,17 @@ class Pipe(asyncio.Protocol):
     def __init__(self, timeout: float | None) -> None:
         self.timeout = timeout
         self.transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._reader = reply_reader()
-        #: Each waiter: its future, the replies it expects, those read so far.
-        self._waiters: collections.deque[tuple[asyncio.Future[list[Any]], int, list[Any]]] = (
-            collections.deque()
-        )
+        #: Each waiter: its future, the replies it expects, those read so far,
+        #: and when it times out (the loop's clock; 0.0 without a timeout).
+        self._waiters: collections.deque[
+            tuple[asyncio.Future[list[Any]], int, list[Any], float]
+        ] = collections.deque()
         self._buffer: list[bytes] = []
         self._flush_soon = False
+        #: The timer at the oldest waiter's deadline (None: no waiter watched).
+        self._watchdog: asyncio.TimerHandle | None = None
         self.closed = False
         #: Socket writes so far (benches and tests: writes per decision).
         self.writes = 0
@@ -126,6 +133,7 @@ class Pipe(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self._loop = asyncio.get_running_loop()  # (a pipe serves one loop)
 
     def data_received(self, data: bytes) -> None:
         reader = self._reader
@@ -138,7 +146,7 @@ class Pipe(asyncio.Protocol):
             if not waiters:  # (nothing asked for it: the connection is out of step)
                 self.close(RedisConnectionError("a reply nothing asked for"))
                 return
-            future, count, replies = waiters[0]
+            future, count, replies, _ = waiters[0]
             replies.append(reply)
             if len(replies) == count:
                 waiters.popleft()
@@ -159,26 +167,42 @@ class Pipe(asyncio.Protocol):
         """
         if self.closed:
             raise RedisConnectionError("Connection closed")
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        assert loop is not None  # (connected: open_pipe returns a pipe once connected)
         future: asyncio.Future[list[Any]] = loop.create_future()
-        self._waiters.append((future, count, []))
-        self._buffer.append(encoded)
-        if not self._flush_soon:
-            self._flush_soon = True
-            loop.call_soon(self._flush)
+        waiters = self._waiters
+        idle = not waiters  # nothing in flight (then nothing is buffered either)
         if self.timeout is None:
-            return await future
-        # (A timer, not wait_for: that makes a task per exchange.)
-        timer = loop.call_later(self.timeout, self._expire, future)
-        try:
-            return await future
-        finally:
-            timer.cancel()
+            waiters.append((future, count, [], 0.0))
+        else:
+            deadline = loop.time() + self.timeout
+            waiters.append((future, count, [], deadline))
+            if self._watchdog is None:
+                # (One timer, not one per exchange, nor wait_for's task per exchange.)
+                self._watchdog = loop.call_at(deadline, self._watch)
+        if idle:
+            self._write(encoded)
+        else:
+            self._buffer.append(encoded)
+            if not self._flush_soon:
+                self._flush_soon = True
+                loop.call_soon(self._flush)
+        return await future
 
-    def _expire(self, future: asyncio.Future[list[Any]]) -> None:
-        """No reply within the socket timeout: close, failing every waiter (see the module)."""
-        if not future.done():
+    def _watch(self) -> None:
+        """The oldest waiter's deadline: passed without its reply, close (see the module).
+
+        Replies come in order, so the oldest waiter's deadline passes first;
+        once it has its reply, the timer waits for the next oldest's.
+        """
+        self._watchdog = None
+        if not self._waiters or self._loop is None:
+            return
+        deadline = self._waiters[0][3]
+        if deadline <= self._loop.time():
             self.close(RedisTimeoutError("Timeout reading from socket"))
+        else:
+            self._watchdog = self._loop.call_at(deadline, self._watch)
 
     def _flush(self) -> None:
         self._flush_soon = False
@@ -186,6 +210,9 @@ class Pipe(asyncio.Protocol):
             return
         data = b"".join(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
         self._buffer.clear()
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
         assert self.transport is not None
         self.transport.write(data)
         self.writes += 1
@@ -198,8 +225,11 @@ class Pipe(asyncio.Protocol):
 
     def _fail(self, error: Exception) -> None:
         self.closed = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         while self._waiters:
-            future, _, _ = self._waiters.popleft()
+            future, _, _, _ = self._waiters.popleft()
             if not future.done():
                 future.set_exception(error)
         self._buffer.clear()

@@ -162,6 +162,21 @@ class Turnstile:
         self.gate.release()
 
 
+def open_pipe_of(node: RedisNode) -> Pipe | None:
+    """Return the running loop's pipe to ``node`` if one is open and current, else ``None``.
+
+    :func:`async_pipe`'s usual answer without a coroutine (``None``: ask it).
+    """
+    state = _loops.get(id(asyncio.get_running_loop()))
+    if state is not None:
+        found = state.pipes.get(node)
+        if found is not None:
+            pipe, made_in = found
+            if not pipe.closed and made_in == node._generation and state.loop() is not None:
+                return pipe
+    return None
+
+
 async def async_pipe(node: RedisNode) -> Pipe | None:
     """Return the running loop's auto-pipelined connection to ``node`` (``aio_pipe.py``).
 

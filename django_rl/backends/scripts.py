@@ -173,23 +173,28 @@ class EncodedScript:
         #: nearly always the same few: cost 1, count, the server's time).
         self._tails: dict[tuple[int | str, ...], bytes] = {}
 
+    def encode(self, key: str, variable: tuple[int | str, ...]) -> bytes:
+        """Return the EVALSHA for ``key`` and ``variable`` in RESP, as redis-py encodes it.
+
+        What the sync short path sends (:meth:`__call__`) and the loop's
+        auto-pipelined connection too (``aio_node.aeval``): the same bytes.
+        """
+        tail = self._tails.get(variable)
+        if tail is None:
+            tail = b"".join(map(bulk, variable))
+            if len(self._tails) < _MAX_TAILS:  # times (CLOCK "app") vary: bounded
+                self._tails[variable] = tail
+        data = key.encode()  # as resp.bulk encodes a key, in one formatting
+        if not self.suffixes:
+            return b"%b$%d\r\n%b\r\n%b%b" % (self.head, len(data), data, self.middle, tail)
+        more = b"".join(bulk(key + suffix) for suffix in self.suffixes)
+        return b"%b$%d\r\n%b\r\n%b%b%b" % (self.head, len(data), data, more, self.middle, tail)
+
     def __call__(self, client: Redis, key: str, *variable: int | str) -> Any:
         """Run the script on ``client`` with ``key``, the fixed arguments, then ``variable``."""
         if type(client) is KeptConnectionClient:
-            tail = self._tails.get(variable)
-            if tail is None:
-                tail = b"".join(map(bulk, variable))
-                if len(self._tails) < _MAX_TAILS:  # times (CLOCK "app") vary: bounded
-                    self._tails[variable] = tail
-            data = key.encode()  # as resp.bulk encodes a key, in one formatting
-            if not self.suffixes:
-                encoded = b"%b$%d\r\n%b\r\n%b%b" % (self.head, len(data), data, self.middle, tail)
-            else:
-                more = b"".join(bulk(key + suffix) for suffix in self.suffixes)
-                encoded = b"%b$%d\r\n%b\r\n%b%b%b" % (
-                    self.head, len(data), data, more, self.middle, tail,
-                )  # fmt: skip
-            reply = client.send_encoded(encoded)  # (NOT_SENT where it cannot take it encoded)
+            # (NOT_SENT where it cannot take it encoded)
+            reply = client.send_encoded(self.encode(key, variable))
             if not isinstance(reply, ResponseError):
                 if reply is not NOT_SENT:
                     return reply

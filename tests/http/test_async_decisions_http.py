@@ -81,9 +81,9 @@ def test_the_decision_runs_on_the_loops_thread(monkeypatch: Any) -> None:
     threads: list[int] = []
     real = aio_node.ready
 
-    async def noting(node: Any) -> None:
+    def noting(node: Any) -> Any:  # (aio_node.ready: called on the loop's thread)
         threads.append(threading.get_ident())
-        await real(node)
+        return real(node)
 
     monkeypatch.setattr(aio_node, "ready", noting)
     loop_thread: list[int] = []

@@ -94,9 +94,9 @@ def test_the_decision_runs_on_the_loops_thread(policies: None) -> None:
     seen: list[int] = []
     real = aio_node.ready
 
-    async def noting(node: Any) -> None:
+    def noting(node: Any) -> Any:  # (aio_node.ready: called on the loop's thread)
         seen.append(threading.get_ident())
-        await real(node)
+        return real(node)
 
     async def main() -> int:
         await policy.ahit("ip:192.0.2.8")
@@ -224,9 +224,9 @@ def test_500_concurrent_hits_on_sentinel_and_cluster(
         threads: set[int] = set()
         real = aio_node.ready
 
-        async def noting(node: Any) -> None:
+        def noting(node: Any) -> Any:  # (aio_node.ready: called on the loop's thread)
             threads.add(threading.get_ident())
-            await real(node)
+            return real(node)
 
         async def main() -> list[Decision]:
             hits = [policy.ahit(f"ip:203.0.113.{i % 3 + 2}") for i in range(1500)]
@@ -402,9 +402,9 @@ def test_ahit_many_across_cluster_slots_on_the_loop(redis_cluster: Any) -> None:
         threads: set[int] = set()
         real = aio_node.ready
 
-        async def noting(node: Any) -> None:
+        def noting(node: Any) -> Any:  # (aio_node.ready: called on the loop's thread)
             threads.add(threading.get_ident())
-            await real(node)
+            return real(node)
 
         async def main() -> list[list[Decision]]:
             return [
