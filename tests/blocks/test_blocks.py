@@ -273,3 +273,32 @@ def test_an_operators_block_is_enforced_in_shadow_mode(settings, spec):
     assert get_policy("wide").peek(ID).remaining == 100
     assert policy.unblock(ID)
     assert policy.hit(ID).allowed
+
+
+def test_a_fixed_windows_counter_with_blocks_counts_no_denial_and_keeps_its_ttl(
+    settings, redis_client
+):
+    # fixed_window.lua counts first and takes back a count past the limit; the
+    # counter's TTL is set by the hit that makes its count (new, or back at 0).
+    start_of_fresh_window(redis_client, 3_600_000, min_left_ms=120_000)
+    spec = {**ALGORITHMS["fixed_window"], "key": "ip"}
+    policy = use(settings, spec, escalate={"after": 5, "within": "1h", "block_for": "1d"})
+
+    def counter() -> tuple[int, int]:
+        """The count and TTL of the window's counter; (0, -2) while it has none."""
+        keys = [k for k in redis_client.keys(policy.key(ID) + "*") if not k.endswith(b":b")]
+        if not keys:
+            return 0, -2
+        (key,) = keys
+        return int(redis_client.get(key)), redis_client.pttl(key)
+
+    assert [policy.hit(ID).allowed for _ in range(3)] == [True, True, False]
+    count, ttl = counter()
+    assert count == 2  # the denial counted nowhere
+    assert 0 < ttl <= 3_600_000
+    policy.reward(ID, 2)
+    assert counter()[0] == 0  # (reward deletes a counter it empties)
+    assert policy.hit(ID).allowed
+    count, ttl = counter()
+    assert count == 1
+    assert 0 < ttl <= 3_600_000
