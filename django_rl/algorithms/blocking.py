@@ -159,7 +159,11 @@ class Blocking:
         if inner.name != "fixed_window":
             parameters = inner.script_entry(None, "")[1]  # type: ignore[arg-type]  # (no node)
             fixed = (*parameters, *self._arguments, 1)
-            self._encoded = EncodedScript(self._script, fixed, 3, (BLOCK_SUFFIX,))
+            self._encoded = EncodedScript(self._script, fixed, 3, ("", BLOCK_SUFFIX))
+        #: The fixed window's EVALSHA for the current window, and its number.
+        self._by_window: tuple[int, EncodedScript] | None = None
+        #: The fixed window's rate (a RateAlgorithm's; None for the others).
+        self._rate: Any = getattr(inner, "rate", None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -191,20 +195,7 @@ class Blocking:
     def hit(self, node: RedisNode, key: str, cost: int) -> Outcome:
         encoded = self._encoded
         if encoded is None:
-            # The fixed window: its first attempt without the steps' generator.
-            keys, parameters = self.inner.script_entry(node, key)
-            head = (*parameters, *self._arguments, len(keys))
-            sent = time.monotonic()
-            reply = self._script.run(
-                node.client,
-                [*keys, key + BLOCK_SUFFIX],
-                (),
-                (head, (cost, "1", node.script_time())),
-            )
-            found = self.script_outcome(node, reply, sent, time.monotonic())
-            if found is not None:
-                return found
-            return drive(node, self.steps(node, key, cost, "1"), self._script)  # type: ignore[no-any-return]
+            return self._fixed_window_hit(node, key, cost)
         reply = encoded(node.client, key, cost, "1", node.script_time())
         if not reply[2]:  # not blocked (the usual case)
             outcome = self._outcome(reply[3:])
@@ -212,6 +203,34 @@ class Blocking:
                 return Uncounted(*outcome)
             return outcome  # type: ignore[no-any-return]
         return self.script_outcome(node, reply, 0.0, 0.0)  # type: ignore[return-value]  # one key
+
+    def _fixed_window_hit(self, node: RedisNode, key: str, cost: int) -> Outcome:
+        """The fixed window's hit: where the clock's bounds lie in one window (the
+        usual case), its counter's EVALSHA encoded once per window; else, or when
+        the server's window was another, the steps (:meth:`steps`)."""
+        period = self._rate.period_ms
+        if node.app_clock:
+            low = high = node.now_ms()
+        else:
+            low, high = node.now_range_ms()
+        window = low // period
+        if high // period == window:
+            by_window = self._by_window
+            if by_window is None or by_window[0] != window:
+                # A new window: its counter's key and number in the fixed part
+                # (the script checks the number against the server's clock).
+                fixed = (period, self._rate.limit, window, *self._arguments, 1)
+                suffixes = (f":{window}", BLOCK_SUFFIX)
+                by_window = self._by_window = (
+                    window,
+                    EncodedScript(self._script, fixed, 3, suffixes),
+                )
+            sent = time.monotonic()
+            reply = by_window[1](node.client, key, cost, "1", node.script_time())
+            found = self.script_outcome(node, reply, sent, time.monotonic())
+            if found is not None:
+                return found
+        return drive(node, self.steps(node, key, cost, "1"), self._script)  # type: ignore[no-any-return]
 
     async def ahit(self, node: RedisNode, key: str, cost: int) -> Outcome:
         return await adrive(node, self.steps(node, key, cost, "1"), self._script)  # type: ignore[no-any-return]

@@ -150,11 +150,17 @@ class ServerClock:
 
         :raises ClockUnavailable: as :meth:`now_ms`.
         """
-        low_ms = self.now_ms()
+        now = time.monotonic()
+        if now >= self._resync_at:
+            self._measure(now, wait=self._bounds is None, force=False)
         bounds = self._bounds
-        assert bounds is not None  # now_ms raised otherwise
-        _, high = bounds.widened(time.monotonic())
-        return low_ms, max(low_ms, math.ceil((time.monotonic() + high) * 1000))
+        if bounds is None:
+            raise ClockUnavailable("the Redis server's clock could not be read")
+        # Both sides at one reading of the local clock (Bounds.widened, inline:
+        # this runs on every fixed-window decision with blocks).
+        slack = MAX_DRIFT * max(now - bounds.at, 0.0)
+        low_ms = math.floor((now + bounds.low - slack) * 1000)
+        return low_ms, max(low_ms, math.ceil((now + bounds.high + slack) * 1000))
 
     def estimate_ms(self) -> int | None:
         """Return the middle of the bounds of the server's time in ms, without any round trip.

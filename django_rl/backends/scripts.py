@@ -144,7 +144,7 @@ _MAX_TAILS = 64
 
 
 class EncodedScript:
-    """EVALSHA of ``script`` on one key, its fixed arguments encoded once.
+    """EVALSHA of ``script`` on one identity's keys, its fixed arguments encoded once.
 
     A decision sends the same command but for the key and the last few
     arguments (cost, count or look, the time): encoding the rest once saves
@@ -159,16 +159,22 @@ class EncodedScript:
         script: LuaScript,
         fixed: Sequence[int | str],
         variable: int,
-        suffixes: Sequence[str] = (),
+        suffixes: Sequence[str] = ("",),
     ) -> None:
-        """``suffixes``: more keys, each the key and a suffix (a block's ``<key>:b``)."""
+        """``suffixes``: the script's keys, each the key a call names and a suffix
+        (``("",)``: that key alone; a block's ``("", ":b")``; a fixed window's
+        counter and block, ``(":<window>", ":b")``). One or two.
+        """
+        if not 1 <= len(suffixes) <= 2:
+            raise ValueError(f"an EncodedScript takes one or two keys, not {len(suffixes)}")
         self.script = script
         self.fixed = tuple(fixed)
         self.suffixes = tuple(suffixes)
-        keys = 1 + len(self.suffixes)
-        count = 3 + keys + len(self.fixed) + variable  # EVALSHA, the SHA, the number of keys
-        self.head = b"*%d\r\n" % count + _EVALSHA + bulk(script.sha) + bulk(keys)
+        count = 3 + len(self.suffixes) + len(self.fixed) + variable  # EVALSHA, SHA, numkeys
+        self.head = b"*%d\r\n" % count + _EVALSHA + bulk(script.sha) + bulk(len(self.suffixes))
         self.middle = b"".join(bulk(arg) for arg in self.fixed)
+        self._first = self.suffixes[0].encode()
+        self._second = self.suffixes[1].encode() if len(self.suffixes) == 2 else None
         #: The variable arguments' encodings seen so far (a decision's are
         #: nearly always the same few: cost 1, count, the server's time).
         self._tails: dict[tuple[int | str, ...], bytes] = {}
@@ -184,11 +190,33 @@ class EncodedScript:
             tail = b"".join(map(bulk, variable))
             if len(self._tails) < _MAX_TAILS:  # times (CLOCK "app") vary: bounded
                 self._tails[variable] = tail
-        data = key.encode()  # as resp.bulk encodes a key, in one formatting
-        if not self.suffixes:
-            return b"%b$%d\r\n%b\r\n%b%b" % (self.head, len(data), data, self.middle, tail)
-        more = b"".join(bulk(key + suffix) for suffix in self.suffixes)
-        return b"%b$%d\r\n%b\r\n%b%b%b" % (self.head, len(data), data, more, self.middle, tail)
+        # Each key as resp.bulk encodes it, all in one formatting.
+        data = key.encode()
+        first, second = self._first, self._second
+        if second is None:
+            return b"%b$%d\r\n%b%b\r\n%b%b" % (
+                self.head,
+                len(data) + len(first),
+                data,
+                first,
+                self.middle,
+                tail,
+            )
+        return b"%b$%d\r\n%b%b\r\n$%d\r\n%b%b\r\n%b%b" % (
+            self.head,
+            len(data) + len(first),
+            data,
+            first,
+            len(data) + len(second),
+            data,
+            second,
+            self.middle,
+            tail,
+        )
+
+    def keys(self, key: str) -> tuple[str, ...]:
+        """Return the script's keys for ``key``."""
+        return tuple(key + suffix for suffix in self.suffixes)
 
     def __call__(self, client: Redis, key: str, *variable: int | str) -> Any:
         """Run the script on ``client`` with ``key``, the fixed arguments, then ``variable``."""
@@ -200,8 +228,7 @@ class EncodedScript:
                     return reply
             elif not isinstance(reply, NoScriptError):
                 raise reply
-        keys = (key, *(key + suffix for suffix in self.suffixes))
-        return self.script(client, keys, (*self.fixed, *variable))
+        return self.script(client, self.keys(key), (*self.fixed, *variable))
 
 
 def replies_with_scripts(client: KeptConnectionClient, commands: Sequence[Command]) -> list[Any]:

@@ -195,6 +195,35 @@ def test_an_encoded_script_sends_what_redis_py_would_send(redis_server):
     assert client._on_socket is True  # straight to the socket (hiredis, no health checks)
 
 
+@pytest.mark.parametrize(
+    "suffixes",
+    [("",), ("", ":b"), (":29000000", ":b"), (":ä", "")],
+    ids=["one", "block", "window", "utf-8"],
+)
+def test_an_encoded_scripts_keys_are_the_key_and_each_suffix(suffixes):
+    from django_rl.algorithms.token_bucket import SCRIPT
+    from django_rl.backends.scripts import EncodedScript
+
+    client = get_backend("default").client
+    encoded = EncodedScript(SCRIPT, (5, 1, 1000), 3, suffixes)
+    key = "rl:x:{ü}:f"
+    keys = [key + suffix for suffix in suffixes]
+    assert encoded.keys(key) == tuple(keys)
+    packed = client.connection.pack_command(
+        "EVALSHA", SCRIPT.sha, len(keys), *keys, 5, 1, 1000, 2, "1", ""
+    )
+    assert encoded.encode(key, (2, "1", "")) == b"".join(packed)
+
+
+@pytest.mark.parametrize("suffixes", [(), ("", ":a", ":b")])
+def test_an_encoded_script_takes_one_or_two_keys(suffixes):
+    from django_rl.algorithms.token_bucket import SCRIPT
+    from django_rl.backends.scripts import EncodedScript
+
+    with pytest.raises(ValueError, match="one or two keys"):
+        EncodedScript(SCRIPT, (), 0, suffixes)
+
+
 class RecordingSocket:
     """A socket that records what is written to it, and passes everything on."""
 

@@ -9,7 +9,7 @@ import pytest
 from django_rl import get_policy
 from django_rl.exceptions import ConfigurationError
 from django_rl.signals import identity_blocked
-from tests.conftest import server_ms, start_of_fresh_window
+from tests.conftest import server_ms, sleep_until, start_of_fresh_window
 
 ALGORITHMS = {
     "fixed_window": {"algorithm": "fixed_window", "rate": "2/h"},
@@ -302,3 +302,25 @@ def test_a_fixed_windows_counter_with_blocks_counts_no_denial_and_keeps_its_ttl(
     count, ttl = counter()
     assert count == 1
     assert 0 < ttl <= 3_600_000
+
+
+def test_a_fixed_window_with_blocks_counts_each_hit_in_its_own_window(settings, redis_client):
+    # Its EVALSHA is encoded once per window (the window's number in it): the
+    # next window's hits count in the next window's counter, and a denial
+    # there still starts the block.
+    policy = use(
+        settings, {"algorithm": "fixed_window", "rate": "2/s", "key": "ip"}, block_for="1h"
+    )
+    start = start_of_fresh_window(redis_client, 1000, min_left_ms=600)
+    window = start // 1000
+    assert [policy.hit(ID).allowed for _ in range(2)] == [True, True]
+    sleep_until(redis_client, (window + 1) * 1000 + 50)
+    decisions = [policy.hit(ID) for _ in range(3)]
+    assert [d.allowed for d in decisions] == [True, True, False]
+    counter = f"{policy.key(ID)}:{window + 1}"
+    assert redis_client.get(counter) == b"2"  # the denial not counted
+    assert 0 < redis_client.pttl(counter) <= 950  # it dies with its window
+    assert 3_590 < decisions[2].retry_after <= 3_600  # the block's, not the window's
+    sleep_until(redis_client, (window + 2) * 1000 + 50)
+    assert not policy.hit(ID).allowed  # blocked in the window after
+    assert redis_client.get(f"{policy.key(ID)}:{window + 2}") is None
