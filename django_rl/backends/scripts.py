@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -152,6 +152,11 @@ class EncodedScript:
     decision's CPU, docs/performance.md). On the kept connection's short path
     only (``KeptConnectionClient.direct_ready``); anywhere else, and on
     NOSCRIPT, the script is run as :class:`LuaScript` runs it.
+
+    ``encode(key, variable)`` returns the EVALSHA for ``key`` and the
+    variable arguments in RESP, as redis-py encodes it: what the sync short
+    path sends (:meth:`__call__`) and the loop's auto-pipelined connection
+    too (``aio_node.aeval``), the same bytes.
     """
 
     def __init__(
@@ -173,46 +178,50 @@ class EncodedScript:
         count = 3 + len(self.suffixes) + len(self.fixed) + variable  # EVALSHA, SHA, numkeys
         self.head = b"*%d\r\n" % count + _EVALSHA + bulk(script.sha) + bulk(len(self.suffixes))
         self.middle = b"".join(bulk(arg) for arg in self.fixed)
-        self._first = self.suffixes[0].encode()
-        self._second = self.suffixes[1].encode() if len(self.suffixes) == 2 else None
         #: The variable arguments' encodings seen so far (a decision's are
         #: nearly always the same few: cost 1, count, the server's time).
         self._tails: dict[tuple[int | str, ...], bytes] = {}
+        first = self.suffixes[0].encode()
+        # What follows the key's text in the command, and how much longer its
+        # bulk string is than the key: chosen once, so that encoding a call
+        # is one formatting, and no test of the shape (this runs on every
+        # decision).
+        self._grow = len(first)
+        if len(self.suffixes) == 1:
+            self._after_key = first + b"\r\n" + self.middle
+            self.encode: Callable[[str, tuple[int | str, ...]], bytes] = self._one_key
+        else:
+            second = self.suffixes[1].encode()
+            self._grow_second = len(second)
+            self._between = first + b"\r\n"
+            self._after_key = second + b"\r\n" + self.middle
+            self.encode = self._two_keys
 
-    def encode(self, key: str, variable: tuple[int | str, ...]) -> bytes:
-        """Return the EVALSHA for ``key`` and ``variable`` in RESP, as redis-py encodes it.
+    def _one_key(self, key: str, variable: tuple[int | str, ...]) -> bytes:
+        tail = self._tails.get(variable) or self._new_tail(variable)
+        data = key.encode()  # as resp.bulk encodes a key, in one formatting
+        return b"%b$%d\r\n%b%b%b" % (self.head, len(data) + self._grow, data, self._after_key, tail)
 
-        What the sync short path sends (:meth:`__call__`) and the loop's
-        auto-pipelined connection too (``aio_node.aeval``): the same bytes.
-        """
-        tail = self._tails.get(variable)
-        if tail is None:
-            tail = b"".join(map(bulk, variable))
-            if len(self._tails) < _MAX_TAILS:  # times (CLOCK "app") vary: bounded
-                self._tails[variable] = tail
-        # Each key as resp.bulk encodes it, all in one formatting.
+    def _two_keys(self, key: str, variable: tuple[int | str, ...]) -> bytes:
+        tail = self._tails.get(variable) or self._new_tail(variable)
         data = key.encode()
-        first, second = self._first, self._second
-        if second is None:
-            return b"%b$%d\r\n%b%b\r\n%b%b" % (
-                self.head,
-                len(data) + len(first),
-                data,
-                first,
-                self.middle,
-                tail,
-            )
-        return b"%b$%d\r\n%b%b\r\n$%d\r\n%b%b\r\n%b%b" % (
+        size = len(data)
+        return b"%b$%d\r\n%b%b$%d\r\n%b%b%b" % (
             self.head,
-            len(data) + len(first),
+            size + self._grow,
             data,
-            first,
-            len(data) + len(second),
+            self._between,
+            size + self._grow_second,
             data,
-            second,
-            self.middle,
+            self._after_key,
             tail,
         )
+
+    def _new_tail(self, variable: tuple[int | str, ...]) -> bytes:
+        tail = b"".join(map(bulk, variable))
+        if len(self._tails) < _MAX_TAILS:  # times (CLOCK "app") vary: bounded
+            self._tails[variable] = tail
+        return tail
 
     def keys(self, key: str) -> tuple[str, ...]:
         """Return the script's keys for ``key``."""
