@@ -29,6 +29,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["DJANGO_SETTINGS_MODULE"] = "tests.sites.settings"
@@ -42,6 +43,11 @@ from django.test import override_settings  # noqa: E402
 from django_rl import get_policy  # noqa: E402
 from django_rl.backends.aio_pools import async_pipe  # noqa: E402
 from tests.support.redis_server import RedisServer, caches_for  # noqa: E402
+
+try:  # uvicorn runs on uvloop where it is installed (uvicorn[standard])
+    import uvloop
+except ImportError:  # pragma: no cover - optional
+    uvloop = None
 
 DECISIONS, RUNS = 3000, 5
 POLICIES = {
@@ -121,6 +127,12 @@ async def writes_per_decision(concurrent: int) -> float:
     return (pipe.writes - before) / (DECISIONS // concurrent * concurrent)
 
 
+def on_uvloop(coroutine: Any) -> Any:
+    """Run ``coroutine`` on a uvloop event loop, as ``asyncio.run`` does on asyncio's own."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coroutine)
+
+
 def main() -> None:
     server = RedisServer()
     server.start()
@@ -141,6 +153,11 @@ def main() -> None:
                     rows["async 100"].append(asyncio.run(async_cpu(name, 100)))
                     rows["floor sync PING"].append(sync_floor(server.port))
                     rows["floor async PING"].append(asyncio.run(async_floor(server.port)))
+                    if uvloop is not None:
+                        rows.setdefault("uvloop 1", []).append(on_uvloop(async_cpu(name, 1)))
+                        rows.setdefault("uvloop 100", []).append(on_uvloop(async_cpu(name, 100)))
+                        floor = on_uvloop(async_floor(server.port))
+                        rows.setdefault("floor uvloop PING", []).append(floor)
                 shown = ", ".join(
                     f"{label} {statistics.median(v) * 1e6:.0f} µs "
                     f"({min(v) * 1e6:.0f}-{max(v) * 1e6:.0f})"
@@ -148,16 +165,16 @@ def main() -> None:
                 )
                 print(f"{name}: CPU per decision, median of {RUNS}: {shown}")
                 floors = {"sync": "floor sync PING", "async 1": "floor async PING"}
+                if uvloop is not None:
+                    floors["uvloop 1"] = "floor uvloop PING"
                 over = {
                     label: statistics.median(
                         d - f for d, f in zip(rows[label], rows[floor], strict=True)
                     )
                     for label, floor in floors.items()
                 }
-                print(
-                    f"{name}: over its floor (median of the runs' differences): "
-                    f"sync {over['sync'] * 1e6:.0f} µs, async 1 {over['async 1'] * 1e6:.0f} µs"
-                )
+                shown = ", ".join(f"{label} {us * 1e6:.0f} µs" for label, us in over.items())
+                print(f"{name}: over its floor (median of the runs' differences): {shown}")
             for concurrent in (1, 10, 100):
                 writes = asyncio.run(writes_per_decision(concurrent))
                 print(f"writes per decision at {concurrent} concurrent: {writes:.3f}")

@@ -114,7 +114,8 @@ class Pipe(asyncio.Protocol):
     def __init__(self, timeout: float | None) -> None:
         self.timeout = timeout
         self.transport: asyncio.Transport | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        #: The loop it serves (set once connected).
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._reader = reply_reader()
         #: Each waiter: its future, the replies it expects, those read so far,
         #: and when it times out (the loop's clock; 0.0 without a timeout).
@@ -133,7 +134,7 @@ class Pipe(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self._loop = asyncio.get_running_loop()  # (a pipe serves one loop)
+        self.loop = asyncio.get_running_loop()  # (a pipe serves one loop)
 
     def data_received(self, data: bytes) -> None:
         reader = self._reader
@@ -167,7 +168,7 @@ class Pipe(asyncio.Protocol):
         """
         if self.closed:
             raise RedisConnectionError("Connection closed")
-        loop = self._loop
+        loop = self.loop
         assert loop is not None  # (connected: open_pipe returns a pipe once connected)
         future: asyncio.Future[list[Any]] = loop.create_future()
         waiters = self._waiters
@@ -196,13 +197,13 @@ class Pipe(asyncio.Protocol):
         once it has its reply, the timer waits for the next oldest's.
         """
         self._watchdog = None
-        if not self._waiters or self._loop is None:
+        if not self._waiters or self.loop is None:
             return
         deadline = self._waiters[0][3]
-        if deadline <= self._loop.time():
+        if deadline <= self.loop.time():
             self.close(RedisTimeoutError("Timeout reading from socket"))
         else:
-            self._watchdog = self._loop.call_at(deadline, self._watch)
+            self._watchdog = self.loop.call_at(deadline, self._watch)
 
     def _flush(self) -> None:
         self._flush_soon = False

@@ -165,15 +165,21 @@ class Turnstile:
 def open_pipe_of(node: RedisNode) -> Pipe | None:
     """Return the running loop's pipe to ``node`` if one is open and current, else ``None``.
 
-    :func:`async_pipe`'s usual answer without a coroutine (``None``: ask it).
+    :func:`async_pipe`'s usual answer without a coroutine (``None``: ask it),
+    from the pipe it last returned for ``node`` (``RedisNode.loop_pipe``):
+    the running loop's, still open, made since the node last replaced its
+    connections. Several loops deciding on one node take turns there, each
+    finding its own through :func:`async_pipe` when the last was another's.
     """
-    state = _loops.get(id(asyncio.get_running_loop()))
-    if state is not None:
-        found = state.pipes.get(node)
-        if found is not None:
-            pipe, made_in = found
-            if not pipe.closed and made_in == node._generation and state.loop() is not None:
-                return pipe
+    last = node.loop_pipe
+    if last is not None:
+        pipe, made_in = last
+        if (
+            pipe.loop is asyncio.get_running_loop()
+            and not pipe.closed
+            and made_in == node._generation
+        ):
+            return pipe  # type: ignore[no-any-return]
     return None
 
 
@@ -196,6 +202,7 @@ async def async_pipe(node: RedisNode) -> Pipe | None:
     if found is not None:
         pipe, made_in = found
         if not pipe.closed and made_in == generation:
+            node.loop_pipe = found
             return pipe
         pipe.close()
         del state.pipes[node]
@@ -217,7 +224,7 @@ async def async_pipe(node: RedisNode) -> Pipe | None:
     finally:
         del state.opening[node]
     future.set_result(pipe)
-    state.pipes[node] = (pipe, generation)
+    state.pipes[node] = node.loop_pipe = (pipe, generation)
     return pipe
 
 

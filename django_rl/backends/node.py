@@ -87,6 +87,10 @@ class RedisNode(SharedClients):
         #: (host, port) the kept connections reach (see :meth:`_reached`).
         self._address: tuple[object, object] | None = None
         self._replace_at = 0.0
+        #: The auto-pipelined connection an event loop last used to reach this
+        #: node, and the generation it was made in (``aio_pools.open_pipe_of``:
+        #: its answer without a look-up while one loop decides).
+        self.loop_pipe: tuple[Any, int] | None = None
         _live_nodes.add(self)
 
     def __repr__(self) -> str:

@@ -43,7 +43,7 @@ import functools
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from django_rl.backends.clock import app_seconds
 from django_rl.conf import forget_on_change, get_settings
@@ -297,16 +297,17 @@ class DenyCache:
         finally:
             self._checking.release()
 
-    async def aready(self) -> None:
-        """Before a decision on the event loop: read the reset token, awaited, when a
-        lookup would read it (:meth:`_confirm`), so that it does not block the loop.
-        Without entries, nothing (one attribute test)."""
+    def aready(self) -> Awaitable[None] | None:
+        """Before a decision on the event loop: the reset token's read to await, when a
+        lookup would read it (:meth:`_confirm`), so that it does not block the loop;
+        ``None`` when not due (without entries: one attribute test, nothing made)."""
         if (
             self._entries
             and self.read_token is not None
             and self.clock() - self._confirmed_at >= self.check_interval
         ):
-            await self._aread(baseline=False)
+            return self._aread(baseline=False)
+        return None
 
     async def abaseline(self) -> None:
         """Before Redis's denial is remembered on the event loop: the baseline read of

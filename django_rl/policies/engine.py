@@ -302,7 +302,9 @@ async def _ahit_weighted(
             _left_out(policy, exc)  # (raises for an enforced policy)
             failed.add(index)
     for policy, _ in weighted:
-        await policy.aready()
+        waiting = policy.aready()
+        if waiting is not None:
+            await waiting
     hits, indexes, reported = _prepared_hits(request, weighted, known, failed)
     if not hits:
         return []

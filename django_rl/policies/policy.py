@@ -25,6 +25,7 @@ then Redis (or not):
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from dataclasses import replace
 from typing import Any
 
@@ -128,7 +129,9 @@ class Policy(PointsMixin, PolicyShape):
 
     async def ahit(self, identity: str, cost: int = 1, *, request: Any = None) -> Decision:
         """:meth:`hit` on the event loop: ``_decide``'s steps, the round trip awaited (``aask``)."""
-        await self.aready()
+        waiting = self.aready()
+        if waiting is not None:
+            await waiting
         made = self._decide(identity, cost, request, None, self.rates is None, True)
         if type(made) is Pending:
             made = await self.aask(made)
@@ -181,7 +184,9 @@ class Policy(PointsMixin, PolicyShape):
     async def ahit_request(self, request: Any, cost: int = 1, *, identity: str) -> Decision | None:
         """:meth:`hit_request` on the event loop, for an identity found (``aidentify``); a
         denial reported by ``areport_denial`` (``Signal.asend_robust``)."""
-        await self.aready()
+        waiting = self.aready()
+        if waiting is not None:
+            await waiting
         prepared = self.prepare_request(request, cost, identity=identity)
         if prepared is None:
             return None
@@ -351,20 +356,34 @@ class Policy(PointsMixin, PolicyShape):
             return self.unanswered(pending)
         if measured is not None:
             measured.pending.observe(time.perf_counter() - began)
-        await self.abefore_answer(pending, outcome)
+        waiting = self.abefore_answer(pending, outcome)
+        if waiting is not None:
+            await waiting
         return self.answered(pending, outcome)
 
-    async def abefore_answer(self, pending: Pending, outcome: Outcome) -> None:
-        """Make, awaited, the round trips :meth:`answered` would block on (token, catalogue)."""
-        if self.denials is not None and pending.asked_at and not outcome[0]:
+    def abefore_answer(self, pending: Pending, outcome: Outcome) -> Awaitable[None] | None:
+        """Return what to await before :meth:`answered` on the loop: the round trips it
+        would block on (the deny cache's baseline token, the catalogue); ``None``
+        when there are none, the usual case (no coroutine made, none to resume)."""
+        baseline = self.denials is not None and pending.asked_at and not outcome[0]
+        if not baseline and self._catalogue is None:
+            return None
+        return self._abefore_answer(pending, bool(baseline))
+
+    async def _abefore_answer(self, pending: Pending, baseline: bool) -> None:
+        if baseline:
+            assert self.denials is not None
             await self.denials.abaseline()
         if self._catalogue is not None:
             await self._catalogue.arecord_if_due(pending.variant)
 
-    async def aready(self) -> None:
-        """Before :meth:`_decide` on the loop: the deny cache's token read awaited if due."""
-        if self.denials is not None and not LIMITS.off:
-            await self.denials.aready()
+    def aready(self) -> Awaitable[None] | None:
+        """Return what to await before :meth:`_decide` on the loop: the deny cache's
+        token read, when due; ``None`` otherwise (the usual case: nothing made)."""
+        denials = self.denials
+        if denials is None or LIMITS.off:
+            return None
+        return denials.aready()
 
     def answered(self, pending: Pending, outcome: Outcome, *, counted: bool = True) -> Decision:
         """Return the Decision of Redis's ``outcome`` for ``pending``.

@@ -51,7 +51,9 @@ async def ahit_many(hits: Iterable[tuple[Policy | str, str, int]]) -> list[Decis
     listed = list(hits)
     for policy_or_name, _, _ in listed:
         policy = get_policy(policy_or_name) if isinstance(policy_or_name, str) else policy_or_name
-        await policy.aready()
+        waiting = policy.aready()
+        if waiting is not None:
+            await waiting
     made = _prepared(listed)
     if LIMITS.off:  # rate_limits_disabled: as hit_many
         return [m for _, _, m in made]  # type: ignore[misc]  # Policy._decide made no Pending

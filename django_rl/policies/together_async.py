@@ -95,7 +95,9 @@ async def _acall(group: list[Pending], *, count: bool) -> _Call:
     if measured is not None:
         measured.pending.observe(time.perf_counter() - began)
     for hit, outcome in zip(group, call.outcomes, strict=True):
-        await hit.policy.abefore_answer(hit, outcome)
+        waiting = hit.policy.abefore_answer(hit, outcome)
+        if waiting is not None:
+            await waiting
     return call
 
 

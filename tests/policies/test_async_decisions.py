@@ -58,6 +58,36 @@ def test_500_concurrent_hits_allow_exactly_100(policies: None, name: str) -> Non
 
 
 @pytest.mark.parametrize("name", list(POLICIES))
+def test_on_uvloop_500_concurrent_hits_allow_exactly_100_in_few_writes(
+    policies: None, name: str
+) -> None:
+    # uvicorn's loop where installed: the auto-pipelined connection on it.
+    uvloop = pytest.importorskip("uvloop")
+    from django_rl.backends.aio_pools import open_pipe_of
+
+    policy = get_policy(name)
+
+    async def main() -> tuple[list[Decision], int]:
+        await policy.ahit("ip:203.0.113.2")  # connected, the script known, the clock read
+        pipe = open_pipe_of(policy.backend)  # type: ignore[arg-type]
+        assert pipe is not None and pipe.loop is asyncio.get_running_loop()
+        before = pipe.writes
+        decided = await asyncio.gather(*(policy.ahit("ip:203.0.113.2") for _ in range(499)))
+        return [*decided], pipe.writes - before
+
+    loop = uvloop.new_event_loop()  # (as asyncio.run would, Python 3.10 too)
+    try:
+        decisions, writes = loop.run_until_complete(main())
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+    assert sum(d.allowed for d in decisions) == 99  # (and the first: 100)
+    assert not any(d.degraded for d in decisions)
+    assert writes <= 499 * 0.25
+    assert aio_pools.loops_held() == 0
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
 def test_async_hits_write_the_sync_keys(policies: None, name: str, redis_client: Any) -> None:
     policy = get_policy(name)
     policy.hit("ip:198.51.100.1")
@@ -490,3 +520,45 @@ def test_concurrent_decisions_share_writes(policies: None) -> None:
     assert count == 100 and all(d.allowed for d in decided)
     # Auto-pipelined: the 100 EVALSHAs made ready in one turn of the loop, one write.
     assert writes / count <= 0.25
+
+
+def test_loops_in_two_threads_each_decide_on_their_own_pipe(policies: None) -> None:
+    # The node remembers the pipe a loop last used (open_pipe_of's answer without
+    # a look-up); loops taking turns on one node must each find their own.
+    from django_rl.backends.aio_pools import open_pipe_of
+
+    policy = get_policy("sliding_log")
+    node = policy.backend
+    turns = [threading.Event(), threading.Event()]
+    used: dict[int, set[int]] = {0: set(), 1: set()}
+    allowed: list[bool] = []
+    failures: list[BaseException] = []
+
+    async def take_turns(me: int) -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(10):
+            await asyncio.to_thread(turns[me].wait)
+            turns[me].clear()
+            allowed.append((await policy.ahit("ip:192.0.2.60")).allowed)
+            pipe = open_pipe_of(node)  # type: ignore[arg-type]
+            assert pipe is not None and pipe.loop is loop
+            used[me].add(id(pipe))
+            turns[1 - me].set()
+
+    def run(me: int) -> None:
+        try:
+            asyncio.run(take_turns(me))
+        except BaseException as exc:  # (reported by the test's thread)
+            failures.append(exc)
+            turns[1 - me].set()
+
+    threads = [threading.Thread(target=run, args=(me,)) for me in (0, 1)]
+    for thread in threads:
+        thread.start()
+    turns[0].set()
+    for thread in threads:
+        thread.join(30)
+    assert not failures
+    assert len(used[0]) == len(used[1]) == 1 and used[0] != used[1]
+    assert allowed == [True] * 20
+    assert policy.peek("ip:192.0.2.60").remaining == 80
