@@ -25,7 +25,6 @@ then Redis (or not):
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
 from dataclasses import replace
 from typing import Any
 
@@ -360,30 +359,6 @@ class Policy(PointsMixin, PolicyShape):
         if waiting is not None:
             await waiting
         return self.answered(pending, outcome)
-
-    def abefore_answer(self, pending: Pending, outcome: Outcome) -> Awaitable[None] | None:
-        """Return what to await before :meth:`answered` on the loop: the round trips it
-        would block on (the deny cache's baseline token, the catalogue); ``None``
-        when there are none, the usual case (no coroutine made, none to resume)."""
-        baseline = self.denials is not None and pending.asked_at and not outcome[0]
-        if not baseline and self._catalogue is None:
-            return None
-        return self._abefore_answer(pending, bool(baseline))
-
-    async def _abefore_answer(self, pending: Pending, baseline: bool) -> None:
-        if baseline:
-            assert self.denials is not None
-            await self.denials.abaseline()
-        if self._catalogue is not None:
-            await self._catalogue.arecord_if_due(pending.variant)
-
-    def aready(self) -> Awaitable[None] | None:
-        """Return what to await before :meth:`_decide` on the loop: the deny cache's
-        token read, when due; ``None`` otherwise (the usual case: nothing made)."""
-        denials = self.denials
-        if denials is None or LIMITS.off:
-            return None
-        return denials.aready()
 
     def answered(self, pending: Pending, outcome: Outcome, *, counted: bool = True) -> Decision:
         """Return the Decision of Redis's ``outcome`` for ``pending``.

@@ -4,13 +4,14 @@
 :class:`~django_rl.policies.policy.Policy` (which adds the decisions): the
 rate (or a rate function and a variant per rate), the rate overrides'
 variants, the keys, the rate catalogue, and how the policy answers when
-Redis cannot (``fallback``, ``fail_open``).
+Redis cannot (``fallback``, ``fail_open``); and what a decision on the event
+loop awaits of its deny cache and catalogue besides its round trip.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from django_rl.algorithms import Algorithm, ParameterError, Unlimited
 from django_rl.algorithms.blocking import Blocking
@@ -18,6 +19,7 @@ from django_rl.backends import Backend
 from django_rl.core.identities import IdentityFunction
 from django_rl.core.keys import safe_identity
 from django_rl.core.rates import RateError
+from django_rl.core.switches import LIMITS
 from django_rl.exceptions import ConfigurationError
 from django_rl.policies.block_reading import reading_blocks
 from django_rl.policies.catalogue import RateCatalogue
@@ -26,6 +28,10 @@ from django_rl.policies.deny_cache import DenyCache
 from django_rl.policies.fallback import LocalFallback
 from django_rl.policies.override_rates import OverrideRates
 from django_rl.policies.plans import PlanRates, Variant, is_rate_function, make_variant
+
+if TYPE_CHECKING:
+    from django_rl.algorithms import Outcome
+    from django_rl.policies.pending import Pending
 
 
 class PolicyShape:
@@ -180,6 +186,32 @@ class PolicyShape:
         """
         if self._catalogue is not None:
             self._catalogue.record_if_due(variant)
+
+    # -- what a decision on the event loop awaits besides its round trip ---
+
+    def abefore_answer(self, pending: Pending, outcome: Outcome) -> Awaitable[None] | None:
+        """Return what to await before :meth:`answered` on the loop: the round trips it
+        would block on (the deny cache's baseline token, the catalogue); ``None``
+        when there are none, the usual case (no coroutine made, none to resume)."""
+        baseline = self.denials is not None and pending.asked_at and not outcome[0]
+        if not baseline and self._catalogue is None:
+            return None
+        return self._abefore_answer(pending, bool(baseline))
+
+    async def _abefore_answer(self, pending: Pending, baseline: bool) -> None:
+        if baseline:
+            assert self.denials is not None
+            await self.denials.abaseline()
+        if self._catalogue is not None:
+            await self._catalogue.arecord_if_due(pending.variant)
+
+    def aready(self) -> Awaitable[None] | None:
+        """Return what to await before :meth:`_decide` on the loop: the deny cache's
+        token read, when due; ``None`` otherwise (the usual case: nothing made)."""
+        denials = self.denials
+        if denials is None or LIMITS.off:
+            return None
+        return denials.aready()
 
     def override_variant(self, rate: str) -> Variant:
         """Return the variant of a rate override's ``rate``, built once per process.
