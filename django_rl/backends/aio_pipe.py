@@ -159,12 +159,17 @@ class Pipe(asyncio.Protocol):
 
     # -- exchanges ------------------------------------------------------------
 
-    async def exchange(self, encoded: bytes, count: int) -> list[Any]:
-        """Send ``encoded`` (``count`` commands); return their replies (errors in place).
+    def exchange(self, encoded: bytes, count: int) -> asyncio.Future[list[Any]]:
+        """Send ``encoded`` (``count`` commands); return the future of their replies
+        (errors in place).
 
-        :raises redis.exceptions.TimeoutError: no reply within the socket
-            timeout (the connection is closed).
-        :raises redis.exceptions.ConnectionError: the connection is lost.
+        (The future itself, not a coroutine awaiting it: one frame fewer to
+        enter and to resume on every decision.)
+
+        :raises redis.exceptions.ConnectionError: the pipe is closed (at once);
+            awaited: the connection is lost.
+        :raises redis.exceptions.TimeoutError: awaited: no reply within the
+            socket timeout (the connection is closed).
         """
         if self.closed:
             raise RedisConnectionError("Connection closed")
@@ -188,7 +193,7 @@ class Pipe(asyncio.Protocol):
             if not self._flush_soon:
                 self._flush_soon = True
                 loop.call_soon(self._flush)
-        return await future
+        return future
 
     def _watch(self) -> None:
         """The oldest waiter's deadline: passed without its reply, close (see the module).
