@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from django_rl.algorithms.base import Algorithm
+    from django_rl.algorithms.fixed_window import FixedWindow
     from django_rl.backends.node import RedisNode
 
 #: The algorithms whose Lua functions the scripts with blocks hold.
@@ -162,8 +163,6 @@ class Blocking:
             self._encoded = EncodedScript(self._script, fixed, 3, ("", BLOCK_SUFFIX))
         #: The fixed window's EVALSHA for the current window, and its number.
         self._by_window: tuple[int, EncodedScript] | None = None
-        #: The fixed window's rate (a RateAlgorithm's; None for the others).
-        self._rate: Any = getattr(inner, "rate", None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -208,18 +207,14 @@ class Blocking:
         """The fixed window's hit: where the clock's bounds lie in one window (the
         usual case), its counter's EVALSHA encoded once per window; else, or when
         the server's window was another, the steps (:meth:`steps`)."""
-        period = self._rate.period_ms
-        if node.app_clock:
-            low = high = node.now_ms()
-        else:
-            low, high = node.now_range_ms()
-        window = low // period
-        if high // period == window:
+        inner: FixedWindow = self.inner  # type: ignore[assignment]  # (encoded only: the fixed window)
+        window, last = inner.windows(node)
+        if window == last:
             by_window = self._by_window
             if by_window is None or by_window[0] != window:
                 # A new window: its counter's key and number in the fixed part
                 # (the script checks the number against the server's clock).
-                fixed = (period, self._rate.limit, window, *self._arguments, 1)
+                fixed = (*inner.script_parameters(window), *self._arguments, 1)
                 suffixes = (f":{window}", BLOCK_SUFFIX)
                 by_window = self._by_window = (
                     window,

@@ -322,14 +322,23 @@ class FixedWindow(RateAlgorithm):
         given the time, read again: at an edge between the two reads it
         answers -1 and is asked again).
         """
+        first, last = self.windows(node)
+        return [f"{key}:{w}" for w in range(first, last + 1)], self.script_parameters(first)
+
+    def windows(self, node: RedisNode) -> tuple[int, int]:
+        """Return the first and last window the decision's clock may be in now (the
+        same one, or two neighbours when the clock's bounds straddle an edge)."""
         period = self.rate.period_ms
         if node.app_clock:
             low = high = node.now_ms()
         else:
             low, high = node.now_range_ms()
         first = low // period
-        last = min(high // period, first + 1)
-        return [f"{key}:{w}" for w in range(first, last + 1)], (period, self.rate.limit, first)
+        return first, min(high // period, first + 1)
+
+    def script_parameters(self, window: int) -> tuple[int, int, int]:
+        """``fixed_window.lua``'s parameters, ``window`` its first key's: period, limit, window."""
+        return self.rate.period_ms, self.rate.limit, window
 
     def script_outcome(
         self, node: RedisNode, reply: Sequence[int], sent: float, received: float
