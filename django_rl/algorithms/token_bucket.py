@@ -62,8 +62,9 @@ class TokenBucket(BucketAlgorithm, ScriptAlgorithm):
 
     def outcome(self, reply: Sequence[int]) -> Outcome:
         allowed, units, retry_ms, reset_ms = reply
-        # (Below zero only after a penalty, policies/points.py: no tokens left.)
-        remaining = max(units // self.rate.period_ms, 0)
+        remaining = units // self.rate.period_ms
+        if remaining < 0:  # (only after a penalty, policies/points.py: no tokens left)
+            remaining = 0
         return new_tuple(Outcome, (bool(allowed), remaining, retry_ms, reset_ms))
 
     def reading(self, reply: Sequence[int]) -> Reading:

@@ -26,12 +26,26 @@ import threading
 import time
 from typing import Any
 
+import redis
 from redis import BlockingConnectionPool
 from redis import exceptions as redis_exceptions
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_rl.backends.socket_writes import failed_write, write
+
+#: redis-py's major and minor version.
+VERSION = tuple(int(part) for part in redis.__version__.split(".")[:2] if part.isdigit())
+#: Whether redis-py's hiredis parser may hold a reply read ahead (``_next_response``):
+#: before redis-py 8 (its ``can_read()`` reads one); redis-py 8 has no such attribute.
+READS_AHEAD = VERSION < (8, 0)
+
+try:
+    #: What hiredis makes of a RESP3 push message (hiredis 3.2+; redis-py's
+    #: parser takes the same type, ``_hiredis_PushNotificationType``).
+    from hiredis import PushNotification as PUSH
+except ImportError:  # no hiredis (the socket path is never taken), or an older one
+    PUSH: Any = None  # type: ignore[no-redef]
 
 try:
     from redis._parsers.hiredis import NOT_ENOUGH_DATA
@@ -177,7 +191,6 @@ class SocketPath:
             connection.connect()  # as redis-py's send does (raises its ConnectionError)
             sock = connection._sock
         parser = connection._parser
-        reader = parser._reader
         try:
             write(sock, encoded)
         except BaseException as exc:
@@ -188,32 +201,24 @@ class SocketPath:
             raise error from None
         pushed = False
         try:
-            if getattr(parser, "_next_response", NOT_ENOUGH_DATA) is not NOT_ENOUGH_DATA:
+            if READS_AHEAD and parser._next_response is not NOT_ENOUGH_DATA:
                 # redis-py before 8 may hold a reply its can_read() read ahead.
                 replies = [parser.read_response() for _ in range(count)]
             else:
-                replies = []
-                buffer = parser._buffer
-                push = getattr(parser, "_hiredis_PushNotificationType", None)
                 # Read first: the replies were just asked for, so the reader
                 # holds none of them yet (a push message it holds is read
-                # after the read, as before it), and the usual exchange is
-                # one read, one feed, then a reply per gets().
-                reply = NOT_ENOUGH_DATA
-                while True:
-                    if reply is NOT_ENOUGH_DATA:
-                        read = sock.recv_into(buffer)
-                        if not read:
-                            raise RedisConnectionError("Connection closed by server.")
-                        reader.feed(buffer, 0, read)
-                    elif push is not None and isinstance(reply, push):  # RESP3: not a reply
-                        parser.handle_push_response(reply)
-                        pushed = True
-                    else:
-                        replies.append(reply)
-                        if len(replies) == count:
-                            break
-                    reply = reader.gets()
+                # after the read, as before it).
+                buffer = parser._buffer
+                read = sock.recv_into(buffer)
+                if not read:
+                    raise RedisConnectionError("Connection closed by server.")
+                reader = parser._reader
+                reader.feed(buffer, 0, read)
+                reply = reader.gets()
+                if count == 1 and reply is not NOT_ENOUGH_DATA and type(reply) is not PUSH:
+                    replies = [reply]  # the usual exchange: one read, its one reply
+                else:
+                    replies, pushed = self._rest(sock, parser, reply, count)
             # Error replies that mean the server cannot serve (LOADING and the
             # like), alone or first in EXEC's array, raised as redis-py does:
             # looked for in a decision's one reply, or in every reply of several.
@@ -240,6 +245,34 @@ class SocketPath:
             # check itself costs 2 calls, on every decision.
             reconnect_if_told(connection)
         return replies
+
+    def _rest(self, sock: Any, parser: Any, reply: Any, count: int) -> tuple[list[Any], bool]:
+        """Read on until ``count`` replies are in, ``reply`` the first read's first (or
+        ``NOT_ENOUGH_DATA``); return them, and whether push messages came among them
+        (RESP3: given to redis-py's handlers, not replies).
+
+        :raises redis.exceptions.ConnectionError: the server closed the connection.
+        """
+        reader = parser._reader
+        buffer = parser._buffer
+        push = parser._hiredis_PushNotificationType
+        replies: list[Any] = []
+        pushed = False
+        while True:
+            while reply is not NOT_ENOUGH_DATA:
+                if push is not None and isinstance(reply, push):  # not a reply
+                    parser.handle_push_response(reply)
+                    pushed = True
+                else:
+                    replies.append(reply)
+                    if len(replies) == count:
+                        return replies, pushed
+                reply = reader.gets()
+            read = sock.recv_into(buffer)
+            if not read:
+                raise RedisConnectionError("Connection closed by server.")
+            reader.feed(buffer, 0, read)
+            reply = reader.gets()
 
 
 def read_replies(connection: Any, count: int) -> list[Any]:

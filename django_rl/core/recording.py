@@ -36,16 +36,16 @@ def record(request: Any, decisions: Sequence[Decision]) -> list[Decision]:
     """
     if not installed.looked:
         installed.look()
-    # Read from the instances' own attributes: getattr with a default on a
-    # request that lacks one (an HttpRequest has no ``_request``; a new one
-    # has neither list nor flag) raises and catches an AttributeError inside,
-    # on every decision. (DRF's Request keeps ``_request`` in its own.)
+    # Read and written as the instances' own attributes: getattr with a
+    # default on a request that lacks one (an HttpRequest has no
+    # ``_request``; a new one has neither list nor flag) raises and catches
+    # an AttributeError inside, on every decision. (DRF's Request keeps
+    # ``_request`` in its own; Django's HttpRequest has no __setattr__.)
     http_request = request.__dict__.get("_request", request)
     own = http_request.__dict__
     every: list[Decision] | None = own.get(REQUEST_ATTRIBUTE)
     if every is None:
-        every = []
-        setattr(http_request, REQUEST_ATTRIBUTE, every)
+        every = own[REQUEST_ATTRIBUTE] = []
     if decisions:
         every += decisions
     if not own.get(LIMITED, False):
@@ -54,7 +54,7 @@ def record(request: Any, decisions: Sequence[Decision]) -> list[Decision]:
             if not decision.allowed and not decision.shadow:  # (Decision.denies)
                 limited = True
                 break
-        setattr(http_request, LIMITED, limited)
+        own[LIMITED] = limited
     return every
 
 

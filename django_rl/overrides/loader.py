@@ -72,15 +72,22 @@ class Loader:
 
     :ivar rules: policy name -> its rules; replaced whole by each load, so a
         decision reads one consistent set without a lock.
+    :ivar started: whether a decision has started the loader (:meth:`start`)
+        since the process began, forked, or changed its settings.
+    :ivar consulted: whether a decision must call :func:`rules_for`: the
+        loader not started yet (the call starts it) or some policy has
+        overrides. ``False``, the usual case, lets a decision skip the call
+        (one attribute test); kept by :attr:`rules` and :attr:`started`.
     :ivar autostart: whether the first decision starts the thread (the test
         suite turns it off and loads with :meth:`load` where it means to).
     :ivar loads: successful loads so far, in this process.
     """
 
     def __init__(self) -> None:
-        self.rules: dict[str, PolicyRules] = {}
+        self._rules: dict[str, PolicyRules] = {}
+        self._started = False
+        self.consulted = True
         self.autostart = True
-        self.started = False
         self.loads = 0
         self._reset_thread_state()
         self._seen: object = _UNREAD
@@ -88,6 +95,24 @@ class Loader:
         self._database_ok: bool | None = None
         self._failing = False
         self._warned_rows: set[str] = set()
+
+    @property
+    def rules(self) -> dict[str, PolicyRules]:
+        return self._rules
+
+    @rules.setter
+    def rules(self, rules: dict[str, PolicyRules]) -> None:
+        self._rules = rules
+        self.consulted = not self._started or bool(rules)
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    @started.setter
+    def started(self, started: bool) -> None:
+        self._started = started
+        self.consulted = not started or bool(self._rules)
 
     def _reset_thread_state(self) -> None:
         self._lock = threading.Lock()
@@ -353,13 +378,14 @@ def use_tick_listener(listener: Callable[[], None]) -> None:
 def rules_for(policy: str) -> PolicyRules | None:
     """Return the overrides of ``policy`` in this process, or ``None`` (the usual case).
 
-    What decisions call: an attribute test and a dict lookup, no I/O. The
-    first call in a process starts the loader thread.
+    What decisions call (where ``LOADER.consulted`` says they must): an
+    attribute test and a dict lookup, no I/O. The first call in a process
+    starts the loader thread.
     """
     loader = LOADER
-    if not loader.started:
+    if not loader._started:
         loader.start()
-    return loader.rules.get(policy)
+    return loader._rules.get(policy)
 
 
 def override_changed(sender: Any, using: str, **kwargs: Any) -> None:

@@ -16,16 +16,15 @@ view run anyway when ``block=False``).
   prepared the same way (:meth:`Policy.prepare_request`), decided together,
   all or nothing (``together.py``), then reported and recorded.
 
-**An exempt request** (``DJANGO_RL["EXEMPT"]``, ``exempt.py``) is decided
-by no policy: no Decision, no round trip, no headers. Checked here, once per
-request, for every front door (the drop-ins ask ``exempt.EXEMPTIONS`` too);
-while ``EXEMPT`` is empty it costs one attribute test.
+**An exempt request** (``DJANGO_RL["EXEMPT"]``, ``exempt.py``) is decided by
+no policy: no Decision, no round trip, no headers. Checked here, once per
+request, for every front door (the drop-ins ask ``exempt.EXEMPTIONS`` too).
 
 **A shadow policy never changes a response**: when identifying the request
 or deciding it raises for a policy in shadow mode (its key or rate
 callable, ...), that policy is left out of that request (no Decision) and
 the error logged (``shadow.py``); the request's enforced policies are
-decided as usual. (The ``try`` costs nothing on the usual path.)
+decided as usual.
 """
 
 from __future__ import annotations
@@ -96,6 +95,8 @@ class Limit:
     charging: Charging = NOTHING
     #: The one policy, when that is all the limit has (the usual view): its name or spec.
     _one: str | InlineSpec | None = field(init=False, compare=False, repr=False)
+    #: How the one policy is found: ``get_policy`` (a name) or ``inline_policy`` (a spec).
+    _find: Callable[[Any], Policy] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         one: str | InlineSpec | None = None
@@ -106,6 +107,7 @@ class Limit:
         elif not self.names:
             one = self.inline
         object.__setattr__(self, "_one", one)  # (frozen: set once, here)
+        object.__setattr__(self, "_find", get_policy if type(one) is str else inline_policy)
 
     def applies(self, request: Any) -> bool:
         """Return whether ``request``'s method is one the limit counts."""
@@ -140,7 +142,7 @@ class Limit:
             return _decide_charged(request, self, _hit_charged(request, self, self.policies()))
         # One policy, the usual view: its hit (Policy.hit_request), then recorded.
         # (Here, not in a function of its own: a frame fewer on every decision.)
-        policy = get_policy(one) if type(one) is str else inline_policy(one)
+        policy = self._find(one)  # (the registry's, each time: settings may change)
         if policy.charging is not None:
             return _decide_charged(request, self, _hit_charged(request, self, [policy]))
         try:
@@ -169,7 +171,7 @@ class Limit:
         one = self._one
         policy = None
         if one is not None:
-            policy = get_policy(one) if type(one) is str else inline_policy(one)
+            policy = self._find(one)
         if policy is None or policy.charging is not None:
             policies = self.policies() if policy is None else [policy]
             return _decide_charged(request, self, await _ahit_charged(request, self, policies))

@@ -44,7 +44,7 @@ from django_rl.leases import Lease
 from django_rl.observability.denials import areport_denial, report_denial
 from django_rl.observability.history import RECORDER, field_of
 from django_rl.observability.metrics import count_decision, count_deny_cache_answer, metrics
-from django_rl.overrides.loader import rules_for
+from django_rl.overrides.loader import LOADER, rules_for
 from django_rl.overrides.rules import BLOCK, EXEMPT
 from django_rl.policies import outcomes
 from django_rl.policies.outcomes import DEGRADED_RETRY_AFTER
@@ -236,7 +236,9 @@ class Policy(PointsMixin, PolicyShape):
             return None
         # Step 1, selection (:meth:`_select`): the rate, a block's Decision, or no limit.
         variant = self._variant
-        if variant is None or rules_for(self.name) is not None:  # (else: no override, one rate)
+        # (Else one rate and no override: LOADER.consulted is False once the
+        # loader runs and no policy has overrides, the usual case.)
+        if variant is None or (LOADER.consulted and rules_for(self.name) is not None):
             selected = self._select(identity, request, also, "hit")
             if not isinstance(selected, Variant):
                 return selected  # a block's Decision, or None

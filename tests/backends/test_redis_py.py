@@ -45,8 +45,14 @@ def test_the_hiredis_parser_is_laid_out_as_the_short_path_reads_it(connection):
     assert parser._reader is not None, "hiredis' reader: parser._reader"
     assert isinstance(parser._buffer, bytearray), "the parser's read buffer: parser._buffer"
     assert parser._reader.gets() is hiredis.NOT_ENOUGH_DATA
+    assert redis_py.VERSION == VERSION
     if VERSION < (8, 0):
         assert hasattr(parser, "_next_response"), "redis-py < 8 reads ahead in _next_response"
+    else:  # (the short path no longer looks for a reply read ahead: READS_AHEAD)
+        assert not hasattr(parser, "_next_response"), "redis-py 8 reads ahead again"
+    assert hasattr(parser, "_next_response") == redis_py.READS_AHEAD
+    # Told apart from replies on the short path by the type hiredis gives them.
+    assert parser._hiredis_PushNotificationType is redis_py.PUSH
     if VERSION >= (6, 0):
         assert hasattr(connection, "_should_reconnect"), "maintenance notices: _should_reconnect"
         assert callable(connection.should_reconnect)
@@ -84,6 +90,41 @@ def test_an_exchange_on_the_socket_is_what_redis_py_reads(connection):
     # Not connected: connected first, as redis-py's send does.
     assert redis_py.SocketPath(connection).exchange(ping, 1) == [b"PONG"]
     assert redis_py.connected_socket(connection) is not None
+
+
+def test_replies_longer_than_a_read_are_read_whole(connection, redis_client):
+    """A reply that spans several reads of the parser's buffer, alone or among others."""
+    big = b"x" * (3 * len(connection._parser._buffer) + 17)
+    redis_client.set("rp-big", big)
+    path = redis_py.SocketPath(connection)
+    get = b"".join(connection.pack_command("GET", "rp-big"))
+    ping = b"".join(connection.pack_command("PING"))
+    assert path.exchange(get, 1) == [big]
+    assert path.exchange(ping + get + ping, 3) == [b"PONG", big, b"PONG"]
+    assert path.exchange(ping, 1) == [b"PONG"]  # nothing left unread
+
+
+def test_push_messages_among_the_replies_are_not_replies(redis_server, redis_client):
+    """RESP3: an invalidation pushed before a reply goes to redis-py's handler."""
+    connection = redis.Connection(port=redis_server.port, protocol=3, socket_timeout=5)
+    connection.connect()
+    try:
+        path = redis_py.SocketPath(connection)
+
+        def packed(*args):
+            return b"".join(connection.pack_command(*args))
+
+        assert path.exchange(packed("CLIENT", "TRACKING", "on"), 1) == [b"OK"]
+        redis_client.set("rp-tracked", "1")
+        assert path.exchange(packed("GET", "rp-tracked"), 1) == [b"1"]
+        redis_client.set("rp-tracked", "2")  # Redis pushes an invalidation to the tracker
+        assert path.exchange(packed("PING"), 1) == [b"PONG"]
+        assert path.exchange(packed("GET", "rp-tracked") + packed("PING"), 2) == [b"2", b"PONG"]
+        redis_client.set("rp-tracked", "3")
+        assert path.exchange(packed("PING") + packed("PING"), 2) == [b"PONG", b"PONG"]
+        assert path.exchange(packed("PING"), 1) == [b"PONG"]  # nothing left unread
+    finally:
+        connection.disconnect()
 
 
 def test_a_read_that_fails_names_the_server_as_redis_py_does(connection):
