@@ -93,9 +93,9 @@ class Limit:
     inline: InlineSpec | None = None
     block: bool = True
     charging: Charging = NOTHING
-    #: The one policy, when that is all the limit has (the usual view): its name or spec.
+    #: The one policy, when that is all the limit has (the usual view): its name or
+    #: spec, and how it is found (``get_policy`` for a name, ``inline_policy``).
     _one: str | InlineSpec | None = field(init=False, compare=False, repr=False)
-    #: How the one policy is found: ``get_policy`` (a name) or ``inline_policy`` (a spec).
     _find: Callable[[Any], Policy] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -140,8 +140,7 @@ class Limit:
         one = self._one
         if one is None:
             return _decide_charged(request, self, _hit_charged(request, self, self.policies()))
-        # One policy, the usual view: its hit (Policy.hit_request), then recorded.
-        # (Here, not in a function of its own: a frame fewer on every decision.)
+        # One policy, the usual view: its hit, then recorded (here: a frame fewer).
         policy = self._find(one)  # (the registry's, each time: settings may change)
         if policy.charging is not None:
             return _decide_charged(request, self, _hit_charged(request, self, [policy]))
