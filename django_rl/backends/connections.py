@@ -176,7 +176,7 @@ class KeptConnectionClient(Redis):
     def _command(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         if self.asking:
             return self._exchange([(args, options)], True)[0].unwrap()
-        if self.direct_ready():
+        if self._direct_ok or self.direct_ready():  # (learned: no frame; not asking, above)
             return self._direct(args, options)
         return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
 
