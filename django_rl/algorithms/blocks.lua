@@ -16,6 +16,8 @@
 -- Ms left in the block of `bkey` at `now` (0: not blocked), and whether an
 -- operator's block (block()) is in force.
 local function blocks_left(bkey, now)
+  -- (Most identities have no hash: EXISTS answers them without HMGET's reply table.)
+  if redis.call('EXISTS', bkey) == 0 then return 0, false end
   local state = redis.call('HMGET', bkey, 'b', 'o')
   local ends = tonumber(state[1] or '0')
   if ends > now then return ends - now, tonumber(state[2] or '0') > now end
