@@ -195,7 +195,10 @@ class Blocking:
         encoded = self._encoded
         if encoded is None:
             return self._fixed_window_hit(node, key, cost)
-        reply = encoded(node.client, key, cost, "1", node.script_time())
+        return self._read(node, encoded(node.client, key, cost, "1", node.script_time()))
+
+    def _read(self, node: RedisNode, reply: Sequence[int]) -> Outcome:
+        """The Outcome of a script algorithm's hit (one key: never asked again)."""
         if not reply[2]:  # not blocked (the usual case)
             outcome = self._outcome(reply[3:])
             if not outcome[0] and self.blocks.after:
@@ -228,7 +231,16 @@ class Blocking:
         return drive(node, self.steps(node, key, cost, "1"), self._script)  # type: ignore[no-any-return]
 
     async def ahit(self, node: RedisNode, key: str, cost: int) -> Outcome:
-        return await adrive(node, self.steps(node, key, cost, "1"), self._script)  # type: ignore[no-any-return]
+        """:meth:`hit`, awaited: the same EVALSHA, encoded once but for the key, cost,
+        commit and time (the fixed window: its steps, a window's estimate may miss)."""
+        encoded = self._encoded
+        if encoded is None:
+            return await adrive(node, self.steps(node, key, cost, "1"), self._script)  # type: ignore[no-any-return]
+        variable = (cost, "1", node.script_time())
+        keys, args = encoded.keys(key), (*encoded.fixed, *variable)
+        return self._read(
+            node, await aeval(node, self._script, keys, args, encoded.encode(key, variable))
+        )
 
     def peek(self, node: RedisNode, key: str) -> Outcome:
         read, replies = node.pipeline(lambda pipe: self.queue_peek(pipe, node, key))

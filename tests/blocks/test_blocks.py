@@ -119,6 +119,23 @@ def test_async_hits_block_too(settings, spec, blocks_sent):
     assert len(blocks_sent) == 1
 
 
+def test_async_hits_escalate_and_stay_blocked_as_sync_hits_do(settings, spec, blocks_sent):
+    policy = use(settings, spec, escalate={"after": 3, "within": "1h", "block_for": "1d"})
+
+    async def run():
+        return [await policy.ahit(ID) for _ in range(6)]
+
+    decisions = asyncio.run(run())
+    assert [d.allowed for d in decisions] == [True, True, False, False, False, False]
+    assert all(d.retry_after < 80_000 for d in decisions[2:4])  # denied, not yet blocked
+    assert all(86_390 <= d.retry_after <= 86_400 for d in decisions[4:])  # escalated
+    assert [b["seconds"] for b in blocks_sent] == [86_400.0]
+    # The sync path sees the same state: blocked, and the two allowed hits counted.
+    assert 86_390 <= policy.hit(ID).retry_after <= 86_400
+    policy.unblock(ID)
+    assert not policy.peek(ID).allowed
+
+
 def test_the_deny_cache_answers_a_blocked_flood(settings, spec, redis_client):
     settings.DJANGO_RL = {"POLICIES": {"p": {**spec, "block_for": "1h"}}}
     policy = get_policy("p")
