@@ -6,16 +6,14 @@ they are called differs (see :func:`aidentify`).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.utils.functional import LazyObject, empty
 
 from django_rl.core.identities import (
+    ClientAddress,
     IdentityFunction,
-    _anonymous_address,
-    _user_or_address,
     checked_value,
     user_identity,
 )
@@ -53,10 +51,12 @@ async def aidentify(function: IdentityFunction, request: Any) -> str | None:
 def _reads_user(function: IdentityFunction) -> bool:
     if function is user_identity:
         return True
-    return isinstance(function, functools.partial) and function.func in (
-        _user_or_address,
-        _anonymous_address,
-    )
+    return getattr(function, "__func__", None) in _READ_USER
+
+
+#: The methods of the address keys that read the user (a policy's ``identify``
+#: is one of them, bound: ``identities._address_identity``).
+_READ_USER = (ClientAddress.user_or_ip, ClientAddress.anon)
 
 
 class _WithUser:

@@ -34,27 +34,28 @@ def record(request: Any, decisions: Sequence[Decision]) -> list[Decision]:
 
     :raises AttributeError: for an object that cannot hold attributes (not a request).
     """
-    if not installed.looked:
-        installed.look()
     # Read and written as the instances' own attributes: getattr with a
     # default on a request that lacks one (an HttpRequest has no
     # ``_request``; a new one has neither list nor flag) raises and catches
     # an AttributeError inside, on every decision. (DRF's Request keeps
     # ``_request`` in its own; Django's HttpRequest has no __setattr__.)
-    http_request = request.__dict__.get("_request", request)
-    own = http_request.__dict__
+    own = request.__dict__
+    if "_request" in own:  # DRF's Request: the HttpRequest it wraps holds them
+        own = own["_request"].__dict__
     every: list[Decision] | None = own.get(REQUEST_ATTRIBUTE)
-    if every is None:
-        every = own[REQUEST_ATTRIBUTE] = []
-    if decisions:
+    if every is None:  # the request's first: its front door's first look
+        if not installed.looked:
+            installed.look()
+        every = own[REQUEST_ATTRIBUTE] = [*decisions]
+    elif decisions:
         every += decisions
-    if not own.get(LIMITED, False):
-        limited = False
+    if not own.get(LIMITED):
         for decision in decisions:
             if not decision.allowed and not decision.shadow:  # (Decision.denies)
-                limited = True
+                own[LIMITED] = True
                 break
-        own[LIMITED] = limited
+        else:
+            own[LIMITED] = False
     return every
 
 

@@ -5,7 +5,8 @@ guards each):
 
 * :func:`header_store`: a Django response's header dict, written directly
   (``ResponseHeaders._store``, private): about 4 µs saved per response.
-  Checked once at import (:func:`stores_as_expected`); any other layout
+  Checked once at import (:func:`stores_as_expected`), and once per
+  response class that its ``__setitem__`` is Django's; any other layout
   falls back to ``response[name] = value``.
 * :func:`memoized_values`: the header values of the Decisions last written,
   kept per process, for DRF's path, which writes the same Decisions twice
@@ -33,16 +34,33 @@ def header_store(target: Any) -> dict[str, tuple[str, str]] | None:
     own way too), or a Django whose headers are stored otherwise
     (:func:`stores_as_expected`, checked once at import), gets ``target[name] = value``.
     """
-    headers = getattr(target, "headers", None)
-    if (
-        _DIRECT
-        and type(headers) is ResponseHeaders
-        and type(target).__setitem__ is HttpResponseBase.__setitem__
-    ):
-        store = getattr(headers, "_store", None)
-        if type(store) is dict:
-            return store
+    plain = _PLAIN_CLASSES.get(type(target))
+    if plain is None:
+        plain = _plain_class(type(target))
+    if plain:
+        headers = getattr(target, "headers", None)
+        if type(headers) is ResponseHeaders:
+            return headers._store  # (a dict: stores_as_expected)
     return None
+
+
+#: Whether a class's instances are Django responses whose headers may be
+#: stored directly, asked once per class (not per response: a few µs a
+#: decision). Bounded: classes made on the fly are asked again.
+_PLAIN_CLASSES: dict[type, bool] = {}
+
+
+def _plain_class(kind: type) -> bool:
+    """Return whether ``kind`` sets headers as ``HttpResponseBase`` does (and remember it)."""
+    plain = (
+        _DIRECT
+        and issubclass(kind, HttpResponseBase)
+        and kind.__setitem__ is HttpResponseBase.__setitem__
+    )
+    if len(_PLAIN_CLASSES) >= 256:
+        _PLAIN_CLASSES.clear()
+    _PLAIN_CLASSES[kind] = plain
+    return plain
 
 
 def stores_as_expected() -> bool:

@@ -40,6 +40,8 @@ class HeaderTarget(Protocol):
     def __setitem__(self, key: str, value: str, /) -> None: ...
 
 
+_ceil = math.ceil
+
 #: Set on a response once its headers report that many Decisions.
 _WRITTEN_FOR = "_django_rl_headers_for"
 
@@ -51,33 +53,47 @@ def write_headers(target: HeaderTarget, decisions: Sequence[Decision]) -> None:
     front door writes them, then ``RateLimitMiddleware`` would write them once
     more. (A request's Decisions only grow, so their count tells.)
     """
-    if not decisions or getattr(target, _WRITTEN_FOR, None) == len(decisions):
+    count = len(decisions)
+    if not count or getattr(target, _WRITTEN_FOR, None) == count:
         return
     mode = get_settings().headers
     if mode is None:
         return
+    if count == 1 and mode == "ietf" and not (decision := decisions[0]).shadow:
+        # One Decision, the usual request (in shadow mode: nothing to say):
+        # RateLimit-Policy and RateLimit from the parts its policy's values
+        # share, written straight in. What header_values makes of it, written
+        # out here: this runs on nearly every response.
+        policy_value, prefix, direct = _ietf_parts(decision.policy, decision.limit, decision.window)
+        rate_value: str | None = None
+        if decision.allowed:
+            if not decision.degraded or decision.fallback:  # (fail_open: no count to report)
+                rate_value = f"{prefix}{decision.remaining};t={_ceil(decision.reset_after)}"
+        else:
+            rate_value = f"{prefix}{decision.remaining};t={decision.retry_after_header}"
+        if type(target) is dict:  # DRF's view.headers
+            target["RateLimit-Policy"] = policy_value
+            if rate_value is not None:
+                target["RateLimit"] = rate_value
+            return
+        store = header_store(target) if direct else None  # (checked once per policy)
+        if store is not None:
+            store["ratelimit-policy"] = ("RateLimit-Policy", policy_value)
+            if rate_value is not None:
+                store["ratelimit"] = ("RateLimit", rate_value)
+            target.__dict__[_WRITTEN_FOR] = 1  # (a Django response: see header_store)
+            return
     if isinstance(target, dict):  # DRF's view.headers is a plain dict
         target.update(memoized_values(decisions, mode, header_values))
         return
     store = header_store(target)
-    if store is not None and mode == "ietf" and len(decisions) == 1:
-        # One Decision, the usual request: straight into the response's
-        # headers, from the parts its policy's values share.
-        policy_value, rate_value, direct = _one_ietf_values(decisions[0])
-        if direct:  # (the checks below, made once per policy)
-            if policy_value is not None:
-                store["ratelimit-policy"] = ("RateLimit-Policy", policy_value)
-            if rate_value is not None:
-                store["ratelimit"] = ("RateLimit", rate_value)
-            setattr(target, _WRITTEN_FOR, 1)
-            return
     for name, value in memoized_values(decisions, mode, header_values).items():
         if store is not None and value.isascii() and "\n" not in value and "\r" not in value:
             # What HttpResponse.__setitem__ stores, its checks made here.
             store[name.lower()] = (name, value)
         else:
             target[name] = value
-    setattr(target, _WRITTEN_FOR, len(decisions))
+    setattr(target, _WRITTEN_FOR, count)
 
 
 def header_values(decisions: Sequence[Decision], mode: str) -> dict[str, str]:
@@ -90,8 +106,6 @@ def header_values(decisions: Sequence[Decision], mode: str) -> dict[str, str]:
     fallback made (``fallback``) has its local count, and is reported like any
     other, with the fallback's limit and window.
     """
-    if len(decisions) == 1 and mode == "ietf":
-        return _one_ietf(decisions[0])
     headers: dict[str, str] = {}
     # A policy in shadow mode is not enforced: responses say nothing of it.
     decisions = [d for d in decisions if not d.shadow]
@@ -111,33 +125,6 @@ def header_values(decisions: Sequence[Decision], mode: str) -> dict[str, str]:
         headers["X-RateLimit-Remaining"] = str(closest.remaining)
         headers["X-RateLimit-Reset"] = str(math.ceil(time.time() + _wait(closest)))
     return headers
-
-
-def _one_ietf(decision: Decision) -> dict[str, str]:
-    """Return :func:`header_values` of one Decision in ``ietf`` mode (the usual case), directly."""
-    policy_value, rate_value, _ = _one_ietf_values(decision)
-    headers = {} if policy_value is None else {"RateLimit-Policy": policy_value}
-    if rate_value is not None:
-        headers["RateLimit"] = rate_value
-    return headers
-
-
-def _one_ietf_values(decision: Decision) -> tuple[str | None, str | None, bool]:
-    """Return one Decision's ``RateLimit-Policy`` and ``RateLimit`` values (``None``: not sent).
-
-    And whether both may be stored without Django's checks (ASCII, no line
-    break: see ``_speedups.header_store``). A shadow policy sends neither; a
-    degraded allowed Decision only ``RateLimit-Policy`` (see
-    :func:`header_values`).
-    """
-    if decision.shadow:
-        return None, None, True
-    policy_value, prefix, direct = _ietf_parts(decision.policy, decision.limit, decision.window)
-    if decision.allowed and decision.degraded and not decision.fallback:
-        return policy_value, None, direct  # no count to report (fail_open)
-    # What effective_window does, written out: this runs on nearly every response.
-    wait = math.ceil(decision.reset_after) if decision.allowed else decision.retry_after_header
-    return policy_value, f"{prefix}{decision.remaining};t={wait}", direct
 
 
 @functools.lru_cache(maxsize=1024)

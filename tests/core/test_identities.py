@@ -77,6 +77,28 @@ def test_ip_uses_remote_addr(remote_addr, identity):
     assert resolve_identity("ip")(request(remote_addr)) == identity
 
 
+def test_a_plain_ipv4_address_seen_again_gets_the_same_identity_string(monkeypatch):
+    """The strings of plain IPv4 addresses are kept (bounded): only checked ones, and only
+    where each address counts whole (IPV4_PREFIX 32)."""
+    from django_rl.core import identities
+
+    monkeypatch.setattr(identities, "_PLAIN_IPV4", {})
+    ip = resolve_identity("ip")
+    first = ip(request("198.51.100.7"))
+    assert first == "ip:198.51.100.7"
+    assert ip(request("198.51.100.7")) is first  # kept: its hash already known
+    assert ip(request("1.2.3.4\x00")) == "ip:unknown"
+    assert ip(request("01.2.3.4")) == "ip:unknown"
+    assert set(identities._PLAIN_IPV4) == {"198.51.100.7"}  # rejected ones are never kept
+    grouped = resolve_identity("ip", addresses=AddressSettings(ipv4_prefix=24))
+    assert grouped(request("198.51.100.7")) == "ip:198.51.100.0"  # the kept string is not asked
+    for n in range(3 * identities._PLAIN_IPV4_SIZE):
+        assert ip(request(f"10.{n // 65536}.{n // 256 % 256}.{n % 256}")) == (
+            f"ip:10.{n // 65536}.{n // 256 % 256}.{n % 256}"
+        )
+    assert len(identities._PLAIN_IPV4) <= identities._PLAIN_IPV4_SIZE
+
+
 def test_forged_x_forwarded_for_is_ignored_by_default():
     assert resolve_identity("ip")(request(forwarded="1.2.3.4")) == "ip:203.0.113.9"
 

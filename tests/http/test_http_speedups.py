@@ -32,10 +32,22 @@ def test_the_store_is_given_for_django_responses_only():
             super().__setitem__(header, value.upper())
 
     assert _speedups.header_store(OwnHeaders()) is None  # its own __setitem__ is honoured
+    assert _speedups.header_store(OwnHeaders()) is None  # (and remembered so)
+    response.headers = {"replaced": "by the view"}  # not Django's ResponseHeaders any more
+    assert _speedups.header_store(response) is None
+
+
+def test_the_classes_asked_are_bounded(monkeypatch):
+    monkeypatch.setattr(_speedups, "_PLAIN_CLASSES", {})
+    for n in range(600):
+        kind = type(f"Made{n}", (HttpResponse,), {})  # classes made on the fly
+        assert _speedups.header_store(kind()) is not None
+    assert len(_speedups._PLAIN_CLASSES) <= 256
 
 
 def test_without_the_expected_layout_headers_go_through_setitem(monkeypatch):
     monkeypatch.setattr(_speedups, "_DIRECT", False)
+    monkeypatch.setattr(_speedups, "_PLAIN_CLASSES", {})  # (asked again, of this layout)
     response = HttpResponse()
     assert _speedups.header_store(response) is None
     write_headers(response, [Decision(False, 5, 0, 3.0, 3.0, "login", False, 60)])
