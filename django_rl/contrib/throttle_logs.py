@@ -25,8 +25,8 @@ from django_rl.conf import get_settings
 from django_rl.contrib.drf_cache import ThrottleLogs, ThrottleLogsDescriptor, change_log
 from django_rl.contrib.drf_cache import timer_replaced as timer_replaced
 from django_rl.contrib.throttle_policies import ThrottlePolicies
+from django_rl.core.addresses import normalize_address
 from django_rl.core.decision import Decision
-from django_rl.core.identities import _normalize_address
 from django_rl.core.recording import record
 from django_rl.http.headers import write_headers
 from django_rl.observability.denials import report_denial
@@ -301,7 +301,7 @@ def address_identity(throttle: Any, request: Any, key: str) -> str | None:
     except Exception:  # a subclass's hooks, or not a request (DRF's tests pass {})
         return None
     settings = get_settings()
-    address = _normalize_address(str(ident), settings.ipv4_prefix, settings.ipv6_prefix)
+    address = normalize_address(str(ident), settings.ipv4_prefix, settings.ipv6_prefix)
     return None if address is None else f"ip:{address}"
 
 

@@ -11,7 +11,7 @@ Built-ins are named in a policy's ``key``:
   its network: ``IPV4_PREFIX`` bits of an IPv4 address (32: each address),
   ``IPV6_PREFIX`` of an IPv6 one (64, since one host usually owns a whole
   /64), except IPv6 addresses that stand for an IPv4 client (NAT64,
-  IPv4-mapped; see :func:`_ipv6_identity`).
+  IPv4-mapped; see ``addresses.py``).
 * ``user``: ``user:<pk>`` for an authenticated user, else ``None``.
 * ``user_or_ip``: ``user`` when authenticated, else ``ip`` (the default).
 * ``anon``: ``ip`` for an anonymous request, ``None`` (the policy does not
@@ -33,7 +33,6 @@ every identity, they are bounded in keys (a digest when long or unsafe, see
 from __future__ import annotations
 
 import functools
-import ipaddress
 import re
 import socket
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
+from django_rl.core.addresses import normalize_address
 from django_rl.core.dotted import import_callable
 from django_rl.core.reprs import short_repr
 from django_rl.exceptions import ConfigurationError
@@ -58,13 +58,6 @@ UNKNOWN_IP = "ip:unknown"
 _HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
 #: Names a ``get:`` or ``post:`` key may count by: ``page``, ``user.email``, ``ids[]``.
 _FIELD_NAME = re.compile(r"[A-Za-z0-9._\[\]-]{1,64}")
-_PORT = re.compile(r"[0-9]{1,5}")
-#: The first 96 bits (as ints) of the IPv6 ranges whose last 32 bits are an
-#: IPv4 address: IPv4-compatible ``::/96``, IPv4-mapped ``::ffff:0:0/96`` and
-#: the NAT64 well-known prefix ``64:ff9b::/96``.
-_EMBEDS_IPV4 = frozenset({0, 0xFFFF, int(ipaddress.IPv6Address("64:ff9b::")) >> 32})
-#: The first 48 bits of the NAT64 local-use prefix ``64:ff9b:1::/48``.
-_NAT64_LOCAL_USE = int(ipaddress.IPv6Address("64:ff9b:1::")) >> 80
 _BUILTINS = ("ip", "user", "user_or_ip", "anon")
 #: A request.META key, as ``IP_META_KEY`` names one (``HTTP_CF_CONNECTING_IP``).
 META_KEY = re.compile(r"[A-Z][A-Z0-9_]{0,99}")
@@ -79,103 +72,6 @@ KEY_HINT = (
     "Use 'ip', 'user', 'user_or_ip', 'anon', 'header:<Name>', 'get:<name>', "
     "'post:<name>', a callable(request) -> str | None, or the dotted path of one."
 )
-
-
-def _normalize_address(text: str, ipv4_prefix: int = 32, ipv6_prefix: int = 64) -> str | None:
-    """Return the address in one ``X-Forwarded-For`` entry (or ``REMOTE_ADDR``), or ``None``.
-
-    Well-formed, once surrounding spaces are trimmed: a bare IPv4 or IPv6
-    address, ``v4:port``, ``[v6]`` or ``[v6]:port``, with a port of 1 to 5
-    ASCII digits from 0 to 65535. Anything else is malformed (``None``), so
-    the caller falls back rather than count a client under text it wrote.
-    The address is grouped into its network of ``ipv4_prefix`` (IPv4) or
-    ``ipv6_prefix`` (IPv6) bits, written as the network's first address;
-    IPv6 addresses become what :func:`_ipv6_identity` says.
-    """
-    text = text.strip()
-    try:
-        # The common case first, a plain IPv4 address: ``ipaddress`` costs a
-        # few µs a request, ``inet_pton`` a tenth of that. It accepts exactly
-        # the dotted quads ``ipaddress`` accepts (no leading zeros, no short
-        # forms), which are then already written the way it writes them.
-        packed = socket.inet_pton(socket.AF_INET, text)
-    except (OSError, ValueError):
-        pass
-    else:
-        if ipv4_prefix == 32:
-            return text
-        return _ipv4_network(int.from_bytes(packed, "big"), ipv4_prefix)
-    host, version = _split_port(text)
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    if version and address.version != version:
-        return None  # "[1.2.3.4]": brackets are for IPv6 only
-    if isinstance(address, ipaddress.IPv6Address):
-        return _ipv6_identity(address, ipv4_prefix, ipv6_prefix)
-    return _ipv4_network(int(address), ipv4_prefix)
-
-
-def _ipv4_network(value: int, prefix: int) -> str:
-    """Return the first address of the ``prefix``-bit network of IPv4 address ``value``."""
-    host_bits = 32 - prefix
-    # inet_ntoa writes it as ipaddress does, in a tenth of the time.
-    return socket.inet_ntoa((value >> host_bits << host_bits).to_bytes(4, "big"))
-
-
-def _split_port(text: str) -> tuple[str, int]:
-    """Return (the host part of ``text``, the IP version it must be, 0 for either).
-
-    ``"[v6]:port"`` and ``"[v6]"`` give the part in brackets (version 6),
-    ``"v4:port"`` (one colon) gives ``"v4"`` (version 4), anything else is
-    taken whole. A bad port or anything after the bracket but ``:port``
-    gives ``""``, which no address parses as.
-    """
-    if text.startswith("["):
-        host, bracket, rest = text[1:].partition("]")
-        if bracket and (not rest or (rest[0] == ":" and _is_port(rest[1:]))):
-            return host, 6
-        return "", 6
-    host, colon, port = text.partition(":")
-    if colon and ":" not in port:  # one colon: an IPv6 address has at least two
-        return (host, 4) if _is_port(port) else ("", 4)
-    return text, 0
-
-
-def _is_port(text: str) -> bool:
-    # ASCII digits only: str.isdigit() and int() also take other scripts' digits.
-    return _PORT.fullmatch(text) is not None and int(text) <= 65_535
-
-
-def _ipv6_identity(
-    address: ipaddress.IPv6Address, ipv4_prefix: int = 32, ipv6_prefix: int = 64
-) -> str:
-    """Return the identity value of an IPv6 client: its network, or the IPv4 it stands for.
-
-    * IPv4 embedded in the last 32 bits, by a translator or the old
-      conventions: IPv4-mapped ``::ffff:0:0/96``, the NAT64 well-known prefix
-      ``64:ff9b::/96`` (RFC 6052) and the deprecated IPv4-compatible
-      ``::/96`` (but ``::`` and ``::1``, which are not IPv4 clients): the IPv4
-      address (its ``ipv4_prefix`` network), so clients behind a translator
-      keep a bucket each.
-    * The NAT64 local-use prefix ``64:ff9b:1::/48`` (RFC 8215): where the
-      IPv4 address sits depends on the prefix length the operator chose
-      (/48 to /96), which this cannot know; the whole address, which the
-      translator derives from one IPv4 address, so each still has its own.
-    * Any other: its ``ipv6_prefix`` network (/64 by default, since one host
-      usually owns a whole /64).
-
-    A zone id (``fe80::1%eth0``) is dropped in every case.
-    """
-    value = int(address)
-    high = value >> 32
-    if high in _EMBEDS_IPV4 and (high or value > 1):
-        return _ipv4_network(value & 0xFFFF_FFFF, ipv4_prefix)
-    if value >> 80 == _NAT64_LOCAL_USE:
-        return str(ipaddress.IPv6Address(value))
-    host_bits = 128 - ipv6_prefix
-    return str(ipaddress.IPv6Address(value >> host_bits << host_bits))
 
 
 @dataclass(frozen=True)
@@ -200,7 +96,7 @@ class AddressForm:
 
     The address is grouped into its network of ``ipv4_prefix`` or
     ``ipv6_prefix`` bits and written as the network's first address, as
-    :func:`_normalize_address` does: what the ``ip`` key gives a request
+    :func:`normalize_address` does: what the ``ip`` key gives a request
     (``ip:10.1.2.0`` for any client of ``10.1.2.0/24`` under ``IPV4_PREFIX``
     24). The drop-ins have their own (see ``inspection/targets.py``).
     """
@@ -212,10 +108,10 @@ class AddressForm:
     def identity(self, address: str) -> str | None:
         """Return the identity of a request from ``address``, or ``None`` if it is not one.
 
-        ``address`` as :func:`_normalize_address` takes it: ``10.1.2.3``,
+        ``address`` as :func:`normalize_address` takes it: ``10.1.2.3``,
         ``10.1.2.3:8080``, ``2001:db8::1``, ``[2001:db8::1]:443``.
         """
-        found = _normalize_address(address, self.ipv4_prefix, self.ipv6_prefix)
+        found = normalize_address(address, self.ipv4_prefix, self.ipv6_prefix)
         return None if found is None else self.head + found
 
     def prefix(self, version: int) -> int:
@@ -251,7 +147,7 @@ class ClientAddress:
     """The ``ip`` identity function under :class:`AddressSettings`: ``request -> "ip:<address>"``.
 
     The first of these that gives a well-formed address (see
-    :func:`_normalize_address`) counts:
+    :func:`normalize_address`) counts:
 
     1. ``IP_META_KEY``: the value of that ``request.META`` key (e.g.
        ``HTTP_CF_CONNECTING_IP``, the header ``CF-Connecting-IP``), or what
@@ -305,7 +201,7 @@ class ClientAddress:
                 return found
         address = meta.get("REMOTE_ADDR")
         if type(address) is str and self.ipv4_prefix == 32:
-            # _normalize_address's first case inline (a plain IPv4 address,
+            # normalize_address's first case inline (a plain IPv4 address,
             # kept as it is written): this runs on nearly every request.
             known = _PLAIN_IPV4.get(address)
             if known is not None:
@@ -316,7 +212,7 @@ class ClientAddress:
                 pass
             else:
                 return _plain_ipv4(address)
-        remote = _normalize_address(str(address or ""), self.ipv4_prefix, self.ipv6_prefix)
+        remote = normalize_address(str(address or ""), self.ipv4_prefix, self.ipv6_prefix)
         return f"ip:{remote}" if remote is not None else UNKNOWN_IP
 
     __call__ = ip
@@ -343,7 +239,7 @@ class ClientAddress:
             if forwarded:
                 # rsplit bounds the work whatever the header's length.
                 hops = forwarded.rsplit(",", self.num_proxies)
-                candidate = _normalize_address(
+                candidate = normalize_address(
                     hops[-min(self.num_proxies, len(hops))], self.ipv4_prefix, self.ipv6_prefix
                 )
                 if candidate is not None:
@@ -362,7 +258,7 @@ class ClientAddress:
             value = meta.get(self.meta_key)
         if not isinstance(value, str):
             return None  # absent (or not text: nothing a client could have written)
-        address = _normalize_address(value, self.ipv4_prefix, self.ipv6_prefix)
+        address = normalize_address(value, self.ipv4_prefix, self.ipv6_prefix)
         return None if address is None else f"ip:{address}"
 
 

@@ -28,7 +28,8 @@ from django_rl.conf import get_settings
 from django_rl.contrib.drf_policies import policy_name as drf_policy_name
 from django_rl.contrib.ninja_policies import POLICIES as NINJA_POLICIES
 from django_rl.contrib.ratelimit.conf import ipv4_mask, ipv6_mask
-from django_rl.core.identities import UNKNOWN_IP, AddressForm, _normalize_address
+from django_rl.core.addresses import normalize_address
+from django_rl.core.identities import UNKNOWN_IP, AddressForm
 from django_rl.core.identities import address_form as key_address_form
 from django_rl.core.reprs import short_repr
 from django_rl.overrides.rules import TargetError, normalize_target, split_address
@@ -125,7 +126,7 @@ def address_identity(policy: str, text: str) -> str | None:
     tagged, body = split_address(text)
     if tagged is None or text.lower() == UNKNOWN_IP:
         return None
-    if tagged and "/" not in body and _normalize_address(body) is None:
+    if tagged and "/" not in body and normalize_address(body) is None:
         return None  # "ip:" and no address: an identity as code may have counted it
     head = _drf_head(policy)
     # The DRF drop-in's keys hold the address as DRF's get_ident gives it, each alone.

@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django_rl.core.identities import UNKNOWN_IP, AddressForm, _normalize_address
+from django_rl.core.addresses import normalize_address
+from django_rl.core.identities import UNKNOWN_IP, AddressForm
 from django_rl.core.keys import STORED_IDENTITY, safe_identity
 from django_rl.core.reprs import short_repr
 
@@ -192,7 +193,7 @@ def split_address(text: str) -> tuple[bool | None, str]:
     """
     if text[:3].lower() == "ip:":
         return True, text[3:]
-    if _normalize_address(text.partition("/")[0]) is not None:
+    if normalize_address(text.partition("/")[0]) is not None:
         return False, text
     return None, text
 
