@@ -139,20 +139,22 @@ class Pipe(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         reader = self._reader
         reader.feed(data)
+        gets = reader.gets
         waiters = self._waiters
-        while True:
-            reply = reader.gets()
-            if reply is False:
-                return
-            if not waiters:  # (nothing asked for it: the connection is out of step)
-                self.close(RedisConnectionError("a reply nothing asked for"))
-                return
+        while waiters:
+            # The oldest waiter's replies, read in a loop of their own: a
+            # MULTI/EXEC's come together (+OK, QUEUED..., EXEC's array).
             future, count, replies, _ = waiters[0]
-            replies.append(reply)
-            if len(replies) == count:
-                waiters.popleft()
-                if not future.done():
-                    future.set_result(replies)
+            while len(replies) < count:
+                reply = gets()
+                if reply is False:
+                    return  # the rest of them in a later read
+                replies.append(reply)
+            waiters.popleft()
+            if not future.done():
+                future.set_result(replies)
+        if gets() is not False:  # (nothing asked for it: the connection is out of step)
+            self.close(RedisConnectionError("a reply nothing asked for"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(RedisConnectionError(f"Connection closed by server ({exc or 'EOF'})"))
