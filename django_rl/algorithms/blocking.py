@@ -16,12 +16,12 @@ window's MULTI/EXEC included).
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Coroutine, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django_rl.algorithms.base import PRELUDE, Outcome, Reading, ReadReplies, new_tuple
-from django_rl.backends.aio_node import aeval
+from django_rl.backends.aio_node import acall, aeval
 from django_rl.backends.clock import ClockError
 from django_rl.backends.scripts import EncodedScript, LuaScript
 
@@ -230,17 +230,18 @@ class Blocking:
                 return found
         return drive(node, self.steps(node, key, cost, "1"), self._script)  # type: ignore[no-any-return]
 
-    async def ahit(self, node: RedisNode, key: str, cost: int) -> Outcome:
+    def ahit(self, node: RedisNode, key: str, cost: int) -> Coroutine[Any, Any, Outcome]:
         """:meth:`hit`, awaited: the same EVALSHA, encoded once but for the key, cost,
-        commit and time (the fixed window: its steps, a window's estimate may miss)."""
+        commit and time (the fixed window: its steps, a window's estimate may miss).
+
+        (The coroutine that decides, not one of its own around it: a level
+        fewer to enter and to resume on every decision.)
+        """
         encoded = self._encoded
         if encoded is None:
-            return await adrive(node, self.steps(node, key, cost, "1"), self._script)  # type: ignore[no-any-return]
+            return adrive(node, self.steps(node, key, cost, "1"), self._script)
         variable = (cost, "1", node.script_time())
-        keys, args = encoded.keys(key), (*encoded.fixed, *variable)
-        return self._read(
-            node, await aeval(node, self._script, keys, args, encoded.encode(key, variable))
-        )
+        return acall(node, encoded, key, variable, lambda reply: self._read(node, reply))
 
     def peek(self, node: RedisNode, key: str) -> Outcome:
         read, replies = node.pipeline(lambda pipe: self.queue_peek(pipe, node, key))

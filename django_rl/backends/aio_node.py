@@ -38,7 +38,7 @@ from django_rl.backends.connections import PoolExhausted
 from django_rl.backends.node import RedisNode
 from django_rl.backends.resp import Transaction
 from django_rl.backends.resp import command as encode_command
-from django_rl.backends.scripts import LuaScript
+from django_rl.backends.scripts import EncodedScript, LuaScript
 
 _MULTI, _EXEC = encode_command(("MULTI",)), encode_command(("EXEC",))
 _ASKING_COMMAND = encode_command(("ASKING",))
@@ -136,7 +136,7 @@ async def _on_node(
     **kwargs: P.kwargs,
 ) -> T:
     health = node.health
-    epoch = health.epoch
+    epoch = health._epoch  # (Health.epoch, inline, as RedisNode.run: on every decision)
     try:
         learning = ready(node)
         if learning is not None:
@@ -148,6 +148,19 @@ async def _on_node(
     if health.down or health._replies_seen:
         node.record_success(epoch)
     return result
+
+
+def arunner(backend: Backend) -> Callable[..., Awaitable[Any]] | None:
+    """Return what :func:`arun` calls for ``backend`` (``None``: it has no async path).
+
+    For callers that run on one backend for good (a policy keeps it): the
+    backend's kind is then told once, not on every decision.
+    """
+    if isinstance(backend, RedisNode):
+        return _on_node
+    if isinstance(backend, ClusterBackend):
+        return _on_cluster
+    return None
 
 
 def async_capable(backend: Backend) -> bool:
@@ -195,7 +208,9 @@ def ready(node: RedisNode) -> Awaitable[None] | None:
     one thread's), so an outage's end does not start one round trip per
     decision in flight.
     """
-    if node._capabilities.known is None or (not node.app_clock and node.clock.due()):
+    # (The clock's test first: it is not due on almost every decision, and then
+    # the settings are not read for CLOCK.)
+    if node._capabilities.known is None or (node.clock.due() and not node.app_clock):
         return _learn_once(node)
     return None
 
@@ -262,29 +277,74 @@ async def _detect(node: RedisNode) -> Any:
 
 
 async def aeval(
-    node: RedisNode,
-    script: LuaScript,
-    keys: Sequence[str],
-    args: Sequence[Any],
-    encoded: bytes | None = None,
+    node: RedisNode, script: LuaScript, keys: Sequence[str], args: Sequence[Any]
 ) -> Any:
     """Run ``script`` as ``LuaScript.__call__`` does (EVALSHA, EVAL on NOSCRIPT), awaited.
 
     On the loop's auto-pipelined connection where the node has one
-    (``aio_pipe.py``): ``encoded``, the EVALSHA already in RESP (an
-    ``EncodedScript``'s), else the one ``LuaScript.encoded`` makes.
+    (``aio_pipe.py``), as the EVALSHA ``LuaScript.encoded`` makes.
     """
     pipe = open_pipe_of(node) or await async_pipe(node)
-    if pipe is not None:
-        if encoded is None:
-            encoded = script.encoded(keys, args)
-        (reply,) = await _exchange(pipe, encoded, 1)
-        if isinstance(reply, NoScriptError):
-            eval_command = encode_command(("EVAL", script.source, len(keys), *keys, *args))
-            (reply,) = await _exchange(pipe, eval_command, 1)
-        if isinstance(reply, RedisError):
+    if pipe is None:
+        return await _pooled_eval(node, script, keys, args)
+    (reply,) = await _exchange(pipe, script.encoded(keys, args), 1)
+    if isinstance(reply, RedisError):
+        if not isinstance(reply, NoScriptError):
             raise reply
-        return reply
+        return await _eval_source(pipe, script, keys, args)
+    return reply
+
+
+async def acall(
+    node: RedisNode,
+    encoded: EncodedScript,
+    key: str,
+    variable: tuple[int | str, ...],
+    read: Callable[[Any], T],
+) -> T:
+    """``EncodedScript.__call__``, awaited: :func:`aeval` of its EVALSHA for ``key`` with
+    the ``variable`` arguments; return ``read(reply)``.
+
+    On the auto-pipelined connection, the bytes ``encoded`` keeps (fixed
+    arguments encoded once); the keys and the whole argument list are made
+    only where those bytes are not enough (``redis.asyncio``'s pool, NOSCRIPT).
+    (``read``: the caller's reading of the reply, done here so that the
+    caller can return this coroutine instead of being one of its own: a
+    level fewer to enter and to resume on every decision.)
+    """
+    pipe = open_pipe_of(node) or await async_pipe(node)
+    if pipe is None:
+        args = (*encoded.fixed, *variable)
+        return read(await _pooled_eval(node, encoded.script, encoded.keys(key), args))
+    # (_exchange, inline: on every decision of a script algorithm.)
+    data = encoded.encode(key, variable)
+    exchanged = pipe.exchange(data, 1) if not _ASKING.get() else _asking(pipe, data, 1)
+    (reply,) = await exchanged
+    if isinstance(reply, RedisError):
+        if not isinstance(reply, NoScriptError):
+            raise reply
+        keys, args = encoded.keys(key), (*encoded.fixed, *variable)
+        reply = await _eval_source(pipe, encoded.script, keys, args)
+    return read(reply)
+
+
+async def _eval_source(
+    pipe: Pipe, script: LuaScript, keys: Sequence[str], args: Sequence[Any]
+) -> Any:
+    """After NOSCRIPT (a restarted server, ``SCRIPT FLUSH``): ``EVAL`` of the source, which
+    also loads it, so the next EVALSHA finds it."""
+    (reply,) = await _exchange(
+        pipe, encode_command(("EVAL", script.source, len(keys), *keys, *args)), 1
+    )
+    if isinstance(reply, RedisError):
+        raise reply
+    return reply
+
+
+async def _pooled_eval(
+    node: RedisNode, script: LuaScript, keys: Sequence[str], args: Sequence[Any]
+) -> Any:
+    """:func:`aeval` on ``redis.asyncio``'s pool (TLS, RESP3, Sentinel, ...)."""
     _not_asking()
     async with connection(node) as client:
         try:

@@ -35,7 +35,6 @@ from django_rl.algorithms import Outcome, StaticAlgorithm
 from django_rl.algorithms.base import new_tuple
 from django_rl.algorithms.concurrency import Held
 from django_rl.algorithms.quota import Periodic
-from django_rl.backends.aio_node import arun, async_capable
 from django_rl.backends.given_time import given_ms
 from django_rl.core.decision import Decision
 from django_rl.core.keys import safe_identity, verbatim
@@ -345,21 +344,29 @@ class Policy(PointsMixin, PolicyShape):
 
     async def aask(self, pending: Pending) -> Decision:
         """:meth:`ask`, awaited on the event loop (``backends/aio_node.py``)."""
-        if not async_capable(self.backend):  # (no async path: its sync one, off the loop)
+        run = self._arun  # (arun's own test of the backend, made once per policy)
+        if run is None:  # (no async path: its sync one, off the loop)
             return await sync_to_async(self.ask, thread_sensitive=False)(pending)
         measured = metrics()
-        began = time.perf_counter()
         try:
-            outcome = await arun(
-                self.backend, pending.key, pending.variant.algorithm.ahit, pending.cost
-            )
+            if measured is None:
+                outcome = await run(
+                    self.backend, pending.key, pending.variant.algorithm.ahit, pending.cost
+                )
+            else:
+                began = time.perf_counter()
+                outcome = await run(
+                    self.backend, pending.key, pending.variant.algorithm.ahit, pending.cost
+                )
+                measured.pending.observe(time.perf_counter() - began)
         except RedisError:
             return self.unanswered(pending)
-        if measured is not None:
-            measured.pending.observe(time.perf_counter() - began)
-        waiting = self.abefore_answer(pending, outcome)
-        if waiting is not None:
-            await waiting
+        # (abefore_answer's first test: an allowed hit without a catalogue, the usual
+        # case, has nothing to await, and no call is made for it.)
+        if not outcome[0] or self._catalogue is not None:
+            waiting = self.abefore_answer(pending, outcome)
+            if waiting is not None:
+                await waiting
         return self.answered(pending, outcome)
 
     def answered(self, pending: Pending, outcome: Outcome, *, counted: bool = True) -> Decision:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django_rl.algorithms import Algorithm, ParameterError, Unlimited
 from django_rl.algorithms.blocking import Blocking
 from django_rl.backends import Backend
+from django_rl.backends.aio_node import arunner
 from django_rl.core.identities import IdentityFunction
 from django_rl.core.keys import safe_identity
 from django_rl.core.rates import RateError
@@ -65,6 +66,9 @@ class PolicyShape:
         self.partial = enforce_percent < 100
         self.identify: IdentityFunction = identify
         self.backend = backend
+        #: What ``Policy.aask`` awaits the algorithm's hit with (``aio_node.arunner``;
+        #: ``None``: the backend has no async path).
+        self._arun = arunner(backend)
         self.key_prefix = key_prefix
         self.fail_open = fail_open
         self.denials = denials

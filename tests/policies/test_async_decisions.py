@@ -105,6 +105,41 @@ def test_async_hits_write_the_sync_keys(policies: None, name: str, redis_client:
     assert async_keys
 
 
+@pytest.mark.parametrize(
+    "name", ["sliding_log", "token_bucket", "gcra", "sliding_window", "log_blocks"]
+)
+def test_an_async_hit_meeting_noscript_counts_once(
+    settings: Any, name: str, redis_client: Any
+) -> None:
+    """NOSCRIPT on the auto-pipelined connection (a restarted server, ``SCRIPT FLUSH``):
+    the hit is sent again as EVAL, counted once, and the script is cached again."""
+    settings.DJANGO_RL = {
+        "POLICIES": {
+            **POLICIES,
+            "log_blocks": {**POLICIES["sliding_log"], "block_for": "1h"},
+        }
+    }
+    policy = get_policy(name)
+    variant = policy._one_rate()
+    algorithm: Any = variant.algorithm
+    script = algorithm._script if name == "log_blocks" else algorithm.script
+
+    async def main() -> list[Decision]:
+        first = await policy.ahit("ip:192.0.2.30")  # (connected, the script cached)
+        redis_client.script_flush()
+        assert redis_client.script_exists(script.sha) == [False]
+        return [first, await policy.ahit("ip:192.0.2.30"), await policy.ahit("ip:192.0.2.30")]
+
+    hits = asyncio.run(main())
+    assert [(d.allowed, d.remaining, d.degraded) for d in hits] == [
+        (True, 99, False),
+        (True, 98, False),
+        (True, 97, False),
+    ]
+    assert redis_client.script_exists(script.sha) == [True]
+    assert policy.peek("ip:192.0.2.30").remaining == 97
+
+
 def test_sync_and_async_count_in_one_state(policies: None) -> None:
     policy = get_policy("sliding_log")
     for _ in range(40):
