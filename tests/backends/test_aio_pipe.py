@@ -5,13 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from django_rl.backends.aio_pipe import open_pipe
 
+T = TypeVar("T")
+
 PING = b"*1\r\n$4\r\nPING\r\n"
+
+#: Each test's whole run: a pipe that never closes its side (a broken
+#: out-of-step check) fails the test in seconds, not at the suite's timeout.
+LIMIT = 10.0
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)``, failed with ``TimeoutError`` after :data:`LIMIT` seconds."""
+    return asyncio.run(asyncio.wait_for(main, LIMIT))
 
 
 class _Peer:
@@ -60,7 +73,7 @@ def test_replies_split_across_reads_reach_their_waiters_whole():
             finally:
                 pipe.close()
 
-    assert asyncio.run(main()) == [b"OK", b"QUEUED", b"QUEUED", [1, 2]]
+    assert run(main()) == [b"OK", b"QUEUED", b"QUEUED", [1, 2]]
 
 
 def test_a_reply_nothing_asked_for_closes_the_connection():
@@ -72,4 +85,4 @@ def test_a_reply_nothing_asked_for_closes_the_connection():
                 pipe.exchange(PING, 1)  # out of step: closed at once
             return answered, pipe.closed
 
-    assert asyncio.run(main()) == ([b"PONG"], True)
+    assert run(main()) == ([b"PONG"], True)
