@@ -2,7 +2,8 @@
 
 (a) CPU of the deciding thread per decision: the sync path (``Policy.hit``,
 a worker thread's CPU) against the async path (``Policy.ahit`` on one loop,
-one decision at a time and 100 concurrent), in the same run, interleaved,
+one decision at a time, and 2, 10 and 100 in flight, each in a task of its
+own as an ASGI server's requests are), in the same run, interleaved,
 median of 5 runs; ``sliding_log`` (an EVALSHA) and ``fixed_window`` (its
 MULTI/EXEC), a rate that allows everything.
 
@@ -50,6 +51,8 @@ except ImportError:  # pragma: no cover - optional
     uvloop = None
 
 DECISIONS, RUNS = 3000, 5
+#: Decisions in flight at once on the loop (1: one at a time, in the request's own task).
+CONCURRENT = (1, 2, 10, 100)
 POLICIES = {
     "log": {"algorithm": "sliding_log", "rate": "100000000/h", "key": "ip"},
     "window": {"algorithm": "fixed_window", "rate": "100000000/h", "key": "ip"},
@@ -139,23 +142,21 @@ def main() -> None:
     try:
         with override_settings(CACHES=caches_for(server.url), DJANGO_RL={"POLICIES": POLICIES}):
             for name in POLICIES:
-                rows: dict[str, list[float]] = {
-                    "sync": [],
-                    "async 1": [],
-                    "async 100": [],
-                    "floor sync PING": [],
-                    "floor async PING": [],
-                }
+                rows: dict[str, list[float]] = {"sync": []}
                 sync_cpu(name)  # warm up
                 for _ in range(RUNS):
                     rows["sync"].append(sync_cpu(name))
-                    rows["async 1"].append(asyncio.run(async_cpu(name, 1)))
-                    rows["async 100"].append(asyncio.run(async_cpu(name, 100)))
-                    rows["floor sync PING"].append(sync_floor(server.port))
-                    rows["floor async PING"].append(asyncio.run(async_floor(server.port)))
+                    for concurrent in CONCURRENT:
+                        cpu = asyncio.run(async_cpu(name, concurrent))
+                        rows.setdefault(f"async {concurrent}", []).append(cpu)
                     if uvloop is not None:
-                        rows.setdefault("uvloop 1", []).append(on_uvloop(async_cpu(name, 1)))
-                        rows.setdefault("uvloop 100", []).append(on_uvloop(async_cpu(name, 100)))
+                        for concurrent in CONCURRENT:
+                            cpu = on_uvloop(async_cpu(name, concurrent))
+                            rows.setdefault(f"uvloop {concurrent}", []).append(cpu)
+                    rows.setdefault("floor sync PING", []).append(sync_floor(server.port))
+                    floor = asyncio.run(async_floor(server.port))
+                    rows.setdefault("floor async PING", []).append(floor)
+                    if uvloop is not None:
                         floor = on_uvloop(async_floor(server.port))
                         rows.setdefault("floor uvloop PING", []).append(floor)
                 shown = ", ".join(

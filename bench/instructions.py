@@ -1,6 +1,7 @@
 """CPU instructions per decision, counted by callgrind: this checkout, and another beside it.
 
-    python -m bench.instructions [--before DIR] [--decisions 1000] [--rows "ROW" ...] [--json PATH]
+    python -m bench.instructions [--before DIR] [--decisions 1000] [--rows "ROW" ...] [--async]
+                                 [--json PATH]
 
 Wall-clock µs on a shared 2-core machine move by 10-15 % from run to run
 (``bench.compare``'s A/A runs); instructions do not. Each row of
@@ -79,6 +80,58 @@ os._exit(0)  # and writes them now: the decisions only
 """
 
 
+#: The awaited rows (``--async``): ``Policy.ahit`` one decision at a time on
+#: asyncio's loop and on uvloop, each beside its floor, one PING awaited on
+#: django_rl's auto-pipelined connection (``backends/aio_pipe.py``).
+ASYNC_ROWS = [
+    f"{what} on {loop}"
+    for loop in ("asyncio", "uvloop")
+    for what in (
+        "PING awaited on django_rl's pipe",
+        "sliding_log: Policy.ahit",
+        "token_bucket: Policy.ahit",
+        "fixed_window: Policy.ahit",
+    )
+]
+
+#: What an awaited row's child runs (``ASYNC_ROWS``): as :data:`CHILD`, each
+#: decision awaited in the loop's one task, as a view awaits its own.
+ASYNC_CHILD = """
+import asyncio, gc, os, sys
+row, decisions, url = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+os.environ["BENCH_REDIS_URL"] = url
+os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+from bench.runner import django_setup
+django_setup()
+from bench.limiters import _policy
+from django_rl.backends import get_backend
+from django_rl.backends.aio_pools import async_pipe
+what, loop = row.rsplit(" on ", 1)
+identities = [f"ip:10.0.{i // 256}.{i % 256}" for i in range(50)]
+PING = b"*1\\r\\n$4\\r\\nPING\\r\\n"
+async def main():
+    if what.startswith("PING"):
+        pipe = await async_pipe(get_backend("default"))
+        decide = lambda i: pipe.exchange(PING, 1)
+    else:
+        ahit = _policy(what.split(":")[0], 1_000_000).ahit
+        decide = lambda i: ahit(identities[i])
+    for i in range(200):
+        await decide(i % 50)
+    gc.collect()
+    os.getppid()  # callgrind zeroes its counters here
+    for k in range(decisions):
+        await decide(k % 50)
+    sys.stdout.flush()
+    os._exit(0)
+if loop == "uvloop":
+    import uvloop
+    uvloop.run(main())
+else:
+    asyncio.run(main())
+"""
+
+
 def count(checkout: Path, row: str, decisions: int, url: str) -> float:
     """Return the instructions per decision of ``row`` in ``checkout`` (its main thread)."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -88,7 +141,8 @@ def count(checkout: Path, row: str, decisions: int, url: str) -> float:
             [
                 "valgrind", "--tool=callgrind", "--separate-threads=yes",
                 "--zero-before=os_getppid", f"--callgrind-out-file={out}",
-                sys.executable, "-c", CHILD, row, str(decisions), url,
+                sys.executable, "-c", ASYNC_CHILD if row in ASYNC_ROWS else CHILD,
+                row, str(decisions), url,
             ],
             cwd=checkout, env=env, check=True, capture_output=True,
         )  # fmt: skip
@@ -105,7 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decisions", type=int, default=1000, help="decisions counted per row")
     parser.add_argument("--rows", nargs="+", default=DEFAULT_ROWS, help="rows of bench.limiters")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument(
+        "--async", dest="awaited", action="store_true", help="add the awaited rows (ASYNC_ROWS)"
+    )
     args = parser.parse_args(argv)
+    if args.awaited:
+        args.rows = [*args.rows, *ASYNC_ROWS]
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
