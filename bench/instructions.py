@@ -84,14 +84,18 @@ os._exit(0)  # and writes them now: the decisions only
 #: asyncio's loop and on uvloop, each beside its floor, one PING awaited on
 #: django_rl's auto-pipelined connection (``backends/aio_pipe.py``).
 ASYNC_ROWS = [
-    f"{what} on {loop}"
-    for loop in ("asyncio", "uvloop")
-    for what in (
-        "PING awaited on django_rl's pipe",
-        "sliding_log: Policy.ahit",
-        "token_bucket: Policy.ahit",
-        "fixed_window: Policy.ahit",
-    )
+    "PING on a blocking socket",
+    *(
+        f"{what} on {loop}"
+        for loop in ("asyncio", "uvloop")
+        for what in (
+            "PING awaited on a bare asyncio.Protocol",
+            "PING awaited on django_rl's pipe",
+            "sliding_log: Policy.ahit",
+            "token_bucket: Policy.ahit",
+            "fixed_window: Policy.ahit",
+        )
+    ),
 ]
 
 #: What an awaited row's child runs (``ASYNC_ROWS``): as :data:`CHILD`, each
@@ -106,11 +110,38 @@ django_setup()
 from bench.limiters import _policy
 from django_rl.backends import get_backend
 from django_rl.backends.aio_pools import async_pipe
-what, loop = row.rsplit(" on ", 1)
+from urllib.parse import urlsplit
+address = (urlsplit(url).hostname, urlsplit(url).port)
 identities = [f"ip:10.0.{i // 256}.{i % 256}" for i in range(50)]
 PING = b"*1\\r\\n$4\\r\\nPING\\r\\n"
+if row == "PING on a blocking socket":  # the sync path's floor: a round trip, nothing else
+    import socket
+    sock = socket.create_connection(address)
+    sock.settimeout(5.0)
+    for i in range(200):
+        sock.sendall(PING)
+        sock.recv(64)
+    gc.collect()
+    os.getppid()  # callgrind zeroes its counters here
+    for k in range(decisions):
+        sock.sendall(PING)
+        sock.recv(64)
+    sys.stdout.flush()
+    os._exit(0)
+what, loop = row.rsplit(" on ", 1)
+class Bare(asyncio.Protocol):
+    future = None
+    def data_received(self, data):
+        self.future.set_result(data)
 async def main():
-    if what.startswith("PING"):
+    if what == "PING awaited on a bare asyncio.Protocol":  # the loop's floor
+        running = asyncio.get_running_loop()
+        transport, bare = await running.create_connection(Bare, *address)
+        def decide(i):
+            bare.future = running.create_future()
+            transport.write(PING)
+            return bare.future
+    elif what.startswith("PING"):
         pipe = await async_pipe(get_backend("default"))
         decide = lambda i: pipe.exchange(PING, 1)
     else:
