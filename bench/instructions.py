@@ -56,14 +56,20 @@ DEFAULT_ROWS = [
     "fixed_window: @ratelimit(rate=...) inline",
 ]
 
-#: What a child runs: ``python -c CHILD ROW DECISIONS URL``.
-CHILD = """
+#: Every child's start: its arguments, and Django set up on the bench's settings.
+_SETUP = """
 import gc, os, sys
 row, decisions, url = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 os.environ["BENCH_REDIS_URL"] = url
 os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
 from bench.runner import django_setup
 django_setup()
+"""
+
+#: What a child runs: ``python -c CHILD ROW DECISIONS URL``.
+CHILD = (
+    _SETUP
+    + """
 from bench.limiters import BY_NAME
 addresses = [f"10.0.{i // 256}.{i % 256}" for i in range(50)]
 decide = BY_NAME[row].build(1_000_000, addresses)
@@ -78,6 +84,7 @@ run(decisions)
 sys.stdout.flush()
 os._exit(0)  # and writes them now: the decisions only
 """
+)
 
 
 #: The awaited rows (``--async``): ``Policy.ahit`` one decision at a time on
@@ -100,13 +107,10 @@ ASYNC_ROWS = [
 
 #: What an awaited row's child runs (``ASYNC_ROWS``): as :data:`CHILD`, each
 #: decision awaited in the loop's one task, as a view awaits its own.
-ASYNC_CHILD = """
-import asyncio, gc, os, sys
-row, decisions, url = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-os.environ["BENCH_REDIS_URL"] = url
-os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-from bench.runner import django_setup
-django_setup()
+ASYNC_CHILD = (
+    _SETUP
+    + """
+import asyncio
 from bench.limiters import _policy
 from django_rl.backends import get_backend
 from django_rl.backends.aio_pools import async_pipe
@@ -161,6 +165,7 @@ if loop == "uvloop":
 else:
     asyncio.run(main())
 """
+)
 
 
 def count(checkout: Path, row: str, decisions: int, url: str) -> float:

@@ -86,10 +86,9 @@ def arun(
     (A function that returns the awaitable, not a coroutine of its own: one
     frame fewer to enter and to resume on every decision.)
     """
-    if isinstance(backend, RedisNode):
-        return _on_node(backend, key, operation, *args, **kwargs)
-    assert isinstance(backend, ClusterBackend)
-    return _on_cluster(backend, key, operation, *args, **kwargs)
+    run = arunner(backend)
+    assert run is not None, "no async path for this backend (see async_capable)"
+    return run(backend, key, operation, *args, **kwargs)
 
 
 async def _on_cluster(
@@ -165,7 +164,7 @@ def arunner(backend: Backend) -> Callable[..., Awaitable[Any]] | None:
 
 def async_capable(backend: Backend) -> bool:
     """Return whether ``backend`` has an async path (one server, Sentinel's primary, a cluster)."""
-    return isinstance(backend, (RedisNode, ClusterBackend))
+    return arunner(backend) is not None
 
 
 @contextlib.asynccontextmanager
